@@ -1,0 +1,83 @@
+"""The ``python -m kvlib`` command line: ``env``, ``bench`` and the chapters' tools.
+
+Bad input never ends in a traceback: argument errors and :class:`kvlib.KVLibError`
+print one line ``kvlib: error: ...`` on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+
+from kvlib import KVLibError
+
+# Modules that contribute to ``python -m kvlib bench``; each defines ``bench() -> dict``.
+BENCH_MODULES = ("measure",)
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line (no usage dump) and exit status 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's signature
+        sys.stderr.write(f"kvlib: error: {message} (see `python -m kvlib {self._sub_name()}--help`)\n")
+        sys.exit(EXIT_USAGE)
+
+    def _sub_name(self) -> str:
+        parts = self.prog.split()
+        return " ".join(parts[3:]) + " " if len(parts) > 3 else ""
+
+
+def _cmd_env(args) -> int:
+    from kvlib.measure import hardware_report
+
+    report = hardware_report()
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.banner())
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    unknown = sorted(set(args.only or ()) - set(BENCH_MODULES))
+    if unknown:
+        raise KVLibError(f"unknown bench section {unknown[0]!r}; choose from {', '.join(BENCH_MODULES)}")
+    results: dict = {}
+    for name in args.only or BENCH_MODULES:
+        start = time.perf_counter()
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        results.update(importlib.import_module(f"kvlib.{name}").bench())
+        print(f"bench: {name} done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(results))
+    else:
+        width = max(map(len, results), default=0)
+        for key, value in results.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m kvlib", description="Tools and benchmarks of the kvbook library.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    env = sub.add_parser("env", help="print the hardware report (the banner of every measuring chapter)")
+    env.add_argument("--json", action="store_true", help="print one JSON object")
+    env.set_defaults(func=_cmd_env)
+
+    bench = sub.add_parser("bench", help="run the book's benchmarks on this machine")
+    bench.add_argument("--json", action="store_true", help="print one JSON object with numeric fields")
+    bench.add_argument("--only", nargs="+", metavar="SECTION", help=f"run only these sections ({', '.join(BENCH_MODULES)})")
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KVLibError as error:
+        sys.stderr.write(f"kvlib: error: {error}\n")
+        return EXIT_USAGE

@@ -1,0 +1,141 @@
+"""Notebook tools for authors and tests.
+
+    python -m tests.nbtools execute book/01_no_cache.ipynb ...   # run top to bottom, store outputs
+    python -m tests.nbtools from-py draft.py book/NN_slug.ipynb   # percent-format script -> notebook
+    python -m tests.nbtools to-py book/NN_slug.ipynb draft.py     # notebook -> percent-format script
+    python -m tests.nbtools check book/                           # hygiene report (exit 1 on problems)
+
+The ``.ipynb`` files in ``book/`` are the source of truth and are committed executed:
+nbval only compares cells that have a stored execution. ``hygiene_problems`` is what
+``tests/test_notebooks.py`` asserts on.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+# Outputs must not show where the book happened to be executed.
+MACHINE_PATH = re.compile(
+    r"(/root/|/home/[^/\s]+/|/Users/[^/\s]+/|[A-Za-z]:\\Users\\|/tmp/\S|/work/|/opt/\S|site-packages|dist-packages)"
+)
+MAX_NOTEBOOK_BYTES = 2_000_000
+
+
+def _code_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+
+
+def _output_text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "error":
+        return "\n".join(output.get("traceback", []))
+    data = output.get("data", {})
+    return "".join(data.get(kind, "") for kind in ("text/plain", "text/html", "text/markdown"))
+
+
+def hygiene_problems(path: Path) -> list[str]:
+    """What is wrong with a committed notebook: unexecuted or out-of-order cells,
+    stored errors, machine paths in outputs, or too large a file."""
+    problems = []
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        problems.append(f"file is {path.stat().st_size / 1e6:.1f} MB, over {MAX_NOTEBOOK_BYTES / 1e6:.0f} MB")
+    nb = nbformat.read(path, as_version=4)
+    cells = _code_cells(nb)
+    counts = [c.execution_count for c in cells]
+    missing = [i for i, n in enumerate(counts) if n is None]
+    if missing:
+        problems.append(f"code cells {missing} have no stored execution (nbval would not check them)")
+    elif counts != list(range(1, len(cells) + 1)):
+        problems.append(f"execution counts {counts} are not 1..{len(cells)}: not run top to bottom in a fresh kernel")
+    for i, cell in enumerate(cells):
+        for output in cell.get("outputs", []):
+            text = _output_text(output)
+            if output.get("output_type") == "error":
+                problems.append(f"code cell {i} stores an error: {output.get('ename')}: {output.get('evalue', '')[:80]}")
+            elif output.get("name") == "stderr" and "Traceback" in text:
+                problems.append(f"code cell {i} prints a traceback on stderr")
+            match = MACHINE_PATH.search(text)
+            if match:
+                problems.append(f"code cell {i} output shows a local path near {text[max(0, match.start() - 20):match.end() + 20]!r}")
+    return problems
+
+
+def execute(path: Path, timeout: int = 600) -> None:
+    """Run a notebook top to bottom in a fresh kernel (cwd = its folder) and save it."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(nb, path)
+
+
+def from_py(script: Path, notebook: Path) -> None:
+    """Percent-format script (``# %%`` code, ``# %% [markdown]`` prose) to an unexecuted notebook."""
+    cells, kind, lines = [], None, []
+
+    def flush():
+        text = "\n".join(lines).strip("\n")
+        if kind == "markdown":
+            text = "\n".join(re.sub(r"^# ?", "", line) for line in text.splitlines())
+            cells.append(nbformat.v4.new_markdown_cell(text))
+        elif kind == "code" and text.strip():
+            cells.append(nbformat.v4.new_code_cell(text))
+
+    for line in script.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# %%"):
+            flush()
+            kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+        elif kind is not None:
+            lines.append(line)
+    flush()
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nbformat.write(nb, notebook)
+
+
+def to_py(notebook: Path, script: Path) -> None:
+    """Notebook to a percent-format script, for editing in a text editor."""
+    nb = nbformat.read(notebook, as_version=4)
+    parts = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            parts.append("# %% [markdown]\n" + "\n".join(("# " + line).rstrip() for line in cell.source.splitlines()))
+        elif cell.cell_type == "code":
+            parts.append("# %%\n" + cell.source)
+    script.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in {"execute", "from-py", "to-py", "check"}:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, args = argv[0], [Path(a) for a in argv[1:]]
+    if command == "execute":
+        for path in args:
+            print(f"executing {path}", file=sys.stderr, flush=True)
+            execute(path)
+    elif command == "from-py":
+        from_py(*args)
+    elif command == "to-py":
+        to_py(*args)
+    else:
+        paths = [p for a in args for p in (sorted(a.glob("*.ipynb")) if a.is_dir() else [a])]
+        bad = [(p, problem) for p in paths for problem in hygiene_problems(p)]
+        for p, problem in bad:
+            print(f"{p}: {problem}")
+        print(f"{len(paths)} notebooks, {len(bad)} problems")
+        return 1 if bad else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
