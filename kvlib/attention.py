@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn import functional as F
 
 
 def grouped_attention(
@@ -52,3 +53,32 @@ def causal_mask(q_start: int | torch.Tensor, num_new: int, num_keys: int, device
     if isinstance(q_start, int):
         return key_pos <= query_pos + q_start
     return (key_pos <= query_pos + q_start.to(device).view(-1, 1, 1))[:, None, None]
+
+
+def repeat_kv_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int | torch.Tensor = 0
+) -> torch.Tensor:
+    """The common alternative to :func:`grouped_attention`: copy each K/V head once per query head.
+
+    Same arguments and result as :func:`grouped_attention`, but K and V are expanded with
+    ``repeat_interleave`` to ``num_heads`` heads first (what many model ports do, e.g. a
+    ``repeat_kv`` helper). The copy writes ``group`` times the cache and the attention
+    then reads it back, so a GQA/MQA model pays MHA's memory traffic and more; chapter 2
+    measures the cost.
+    """
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # (batch, num_heads, num_keys, head_dim): a fresh copy
+    v = v.repeat_interleave(group, dim=1)
+    return grouped_attention(q, k, v, q_start)
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int = 0) -> torch.Tensor:
+    """Attention by ``torch.nn.functional.scaled_dot_product_attention`` with ``enable_gqa=True``.
+
+    PyTorch's fused kernel broadcasts grouped K/V heads itself. ``q_start`` must be an
+    int here: one query (decode, chapter 2) needs no mask; several queries get the same
+    causal mask as :func:`grouped_attention`.
+    """
+    num_new, num_keys = q.shape[2], k.shape[2]
+    mask = None if num_new == 1 else causal_mask(q_start, num_new, num_keys, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)

@@ -1,0 +1,248 @@
+"""Why fewer KV heads decode faster: one decode step's attention is memory-bound (chapter 2).
+
+At each generated token, every layer's attention has one query per sequence and must read
+the whole K and V cache of that layer once. It does about 4 x num_heads x head_dim floating
+point operations per cached token, against 2 x num_kv_heads x head_dim values read, so its
+arithmetic intensity (FLOPs per byte) is tiny for MHA and grows with the group size
+num_heads / num_kv_heads. Shazeer's argument for MQA {cite}`shazeer2019mqa` is that the
+time is set by the bytes read: time = K/V bytes / memory bandwidth. This module measures
+that time for several numbers of KV heads and context lengths and turns it into achieved
+GB/s (bytes read / time) and GFLOP/s, to set beside the bandwidth probe of
+:func:`kvlib.measure.memory_bandwidth` on a roofline plot.
+
+Sizes depend on the device (:func:`decode_setup`): K and V must be far larger than the
+CPU's caches (else they are read from cache, faster than memory), and on a GPU the batch
+is larger so that reading them takes longer than launching the kernels. On the CPU the
+experiment runs on one thread, bandwidth probe included: on a shared machine a
+multi-threaded kernel waits at each barrier for a descheduled thread, which makes a small
+step as slow as a large one; one thread gives every configuration the same conditions.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from kvlib import KVLibError
+from kvlib.attention import grouped_attention, repeat_kv_attention, sdpa_attention
+from kvlib.measure import Bandwidth, Timing, memory_bandwidth, pick_device, time_it
+
+IMPLEMENTATIONS = {"grouped": grouped_attention, "repeat": repeat_kv_attention, "sdpa": sdpa_attention}
+
+
+@dataclass(frozen=True)
+class DecodeSetup:
+    """Shapes of the decode-attention experiment on one device."""
+
+    device: torch.device
+    dtype: torch.dtype
+    batch: int
+    contexts: tuple[int, ...]
+    kv_heads: tuple[int, ...] = (32, 8, 4, 1)
+    num_heads: int = 32
+    head_dim: int = 128
+    threads: int | None = None  # torch threads while timing (None: leave torch's setting)
+
+    @property
+    def longest(self) -> int:
+        return self.contexts[-1]
+
+
+def decode_setup(device: torch.device | str | None = None, threads: int | None = 1) -> DecodeSetup:
+    """Per-device sizes (chapter 2 explains the choice).
+
+    CPU: float32 (what its matmul kernels are fast at), batch 1, contexts 1K-16K: MHA's
+    K+V is 32-512 MiB, far beyond a CPU's last-level cache (tens of MiB); ``threads``
+    torch threads (default one, see the module docstring; None keeps torch's setting).
+    GPU: float16, batch 8, contexts 4K-64K: MHA's K+V is 0.5-8 GiB, so one step reads
+    for milliseconds, far longer than the launch overhead of the few kernels involved.
+    """
+    device = pick_device() if device is None else torch.device(device)
+    if device.type == "cuda":
+        return DecodeSetup(device, torch.float16, batch=8, contexts=(4096, 16384, 65536))
+    return DecodeSetup(device, torch.float32, batch=1, contexts=(1024, 4096, 16384), threads=threads)
+
+
+@contextmanager
+def torch_threads(threads: int | None):
+    """Run the block with ``threads`` torch threads (no change for None), then restore the setting."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def probe_bandwidth(setup: DecodeSetup) -> Bandwidth:
+    """The bandwidth probe of chapter 0 under the setup's thread count: the memory roof."""
+    with torch_threads(setup.threads):
+        return memory_bandwidth(device=setup.device)
+
+
+@dataclass(frozen=True)
+class DecodeMeasurement:
+    """Time of one decode step's attention (one layer) and what it implies."""
+
+    impl: str
+    num_kv_heads: int
+    context: int
+    batch: int
+    num_heads: int
+    head_dim: int
+    dtype_bytes: int
+    timing: Timing
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of K and V the step must read: 2 x batch x kv_heads x context x head_dim x dtype bytes."""
+        return 2 * self.batch * self.num_kv_heads * self.context * self.head_dim * self.dtype_bytes
+
+    @property
+    def flops(self) -> int:
+        """q.K^T and weights.V: 2 x 2 x batch x heads x context x head_dim (multiply-adds counted as 2)."""
+        return 4 * self.batch * self.num_heads * self.context * self.head_dim
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of K/V read: 2 x group / dtype bytes."""
+        return self.flops / self.kv_bytes
+
+    @property
+    def gbps(self) -> float:
+        """Achieved bandwidth: K/V bytes over the median time (GB/s = 1e9 B/s)."""
+        return self.kv_bytes / self.timing.median_s / 1e9
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.timing.median_s / 1e9
+
+    def row(self) -> dict:
+        return {"impl": self.impl, "kv heads": self.num_kv_heads, "context": self.context,
+                "K+V MiB": self.kv_bytes / 2**20, "time ms": self.timing.median_s * 1e3,
+                "GB/s": self.gbps, "GFLOP/s": self.gflops, "FLOP/byte": self.intensity}
+
+
+def decode_inputs(setup: DecodeSetup, num_kv_heads: int, context: int, seed: int = 0):
+    """q (batch, heads, 1, head_dim) and a cache k, v (batch, kv_heads, context, head_dim), seeded."""
+    if num_kv_heads < 1 or setup.num_heads % num_kv_heads:
+        raise KVLibError(f"num_kv_heads must divide num_heads ({setup.num_heads}), not {num_kv_heads}")
+    if context < 1:
+        raise KVLibError(f"context must be a positive number of tokens, not {context}")
+    generator = torch.Generator(setup.device).manual_seed(seed)
+
+    def tensor(heads, length):
+        shape = (setup.batch, heads, length, setup.head_dim)
+        return torch.empty(shape, device=setup.device, dtype=setup.dtype).uniform_(-1, 1, generator=generator)
+
+    return tensor(setup.num_heads, 1), tensor(num_kv_heads, context), tensor(num_kv_heads, context)
+
+
+def _calls_per_sample(fn, device, target_s: float) -> int:
+    """How many back-to-back calls make one timing sample last about ``target_s``."""
+    once = time_it(fn, repeats=1, warmup=1, device=device).median_s
+    return max(1, math.ceil(target_s / max(once, 1e-7)))
+
+
+def time_decode(setup: DecodeSetup, q, k, v, impl: str = "grouped", repeats: int = 5) -> DecodeMeasurement:
+    """Time ``impl`` on given inputs (median of ``repeats`` samples of >= ~10 ms each)."""
+    if impl not in IMPLEMENTATIONS:
+        raise KVLibError(f"unknown attention implementation {impl!r}; choose from {', '.join(IMPLEMENTATIONS)}")
+    attention = IMPLEMENTATIONS[impl]
+
+    def step():
+        return attention(q, k, v, q_start=k.shape[2] - 1)
+
+    with torch.inference_mode(), torch_threads(setup.threads):
+        number = _calls_per_sample(step, setup.device, target_s=0.01)
+        timing = time_it(step, repeats=repeats, warmup=1, number=number, device=setup.device)
+    return DecodeMeasurement(impl, k.shape[1], k.shape[2], setup.batch, setup.num_heads, setup.head_dim,
+                             k.element_size(), timing)
+
+
+def measure_decode(setup: DecodeSetup, num_kv_heads: int, context: int, impl: str = "grouped", repeats: int = 5) -> DecodeMeasurement:
+    """Allocate a seeded cache of ``num_kv_heads`` x ``context`` and time one decode step on it."""
+    q, k, v = decode_inputs(setup, num_kv_heads, context)
+    return time_decode(setup, q, k, v, impl, repeats)
+
+
+def sweep(setup: DecodeSetup, impl: str = "grouped", repeats: int = 5) -> list[DecodeMeasurement]:
+    """Every (context, KV heads) pair of the setup, one cache allocated at a time."""
+    return [measure_decode(setup, kv, context, impl, repeats) for context in setup.contexts for kv in setup.kv_heads]
+
+
+def compare_implementations(setup: DecodeSetup, num_kv_heads: int, context: int, repeats: int = 5) -> list[DecodeMeasurement]:
+    """Grouped, repeat-K/V and SDPA attention on the same cache; also checks they agree."""
+    q, k, v = decode_inputs(setup, num_kv_heads, context)
+    reference = grouped_attention(q, k, v, q_start=context - 1).float()
+    for impl, attention in IMPLEMENTATIONS.items():
+        out = attention(q, k, v, q_start=context - 1).float()
+        if not torch.allclose(out, reference, atol=2e-3, rtol=2e-3):
+            raise KVLibError(f"{impl} attention disagrees with grouped attention by {(out - reference).abs().max():.2e}")
+    return [time_decode(setup, q, k, v, impl, repeats) for impl in IMPLEMENTATIONS]
+
+
+def matmul_gflops(setup: DecodeSetup, size: int | None = None) -> float:
+    """Compute probe for the roofline's flat roof: GFLOP/s of a square matmul in the setup's dtype."""
+    size = size or (8192 if setup.device.type == "cuda" else 1024)
+    generator = torch.Generator(setup.device).manual_seed(0)
+    a = torch.empty(size, size, device=setup.device, dtype=setup.dtype).uniform_(-1, 1, generator=generator)
+    with torch_threads(setup.threads):
+        timing = time_it(lambda: a @ a, repeats=5, warmup=2, device=setup.device)
+    return 2 * size**3 / timing.min_s / 1e9
+
+
+def plot_roofline(measurements: list[DecodeMeasurement], probe_gbps: float, peak_gflops: float):
+    """Achieved GFLOP/s against FLOPs per byte, under the memory roof (probe) and the compute roof."""
+    from kvlib.plotting import axes
+
+    fig, ax = axes("Decode attention on a roofline", "arithmetic intensity (FLOPs per byte of K/V)",
+                   "achieved GFLOP/s", logx=True, logy=True)
+    xs = [m.intensity for m in measurements]
+    grid = torch.logspace(math.log10(min(xs) / 2), math.log10(max(xs) * 2), 50).tolist()
+    ax.plot(grid, [min(probe_gbps * x, peak_gflops) for x in grid], "k-", lw=1,
+            label=f"roof: {probe_gbps:.0f} GB/s probe, {peak_gflops:.0f} GFLOP/s matmul")
+    contexts = sorted({m.context for m in measurements})
+    for context, marker in zip(contexts, "o^sDv"):
+        points = [m for m in measurements if m.context == context]
+        ax.scatter([m.intensity for m in points], [m.gflops for m in points], marker=marker, label=f"context {context:,}")
+        for m in points:
+            ax.annotate(f"{m.num_kv_heads}", (m.intensity, m.gflops), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_decode_times(measurements: list[DecodeMeasurement]):
+    """Time of one decode step's attention against context, one line per number of KV heads."""
+    from kvlib.plotting import axes
+
+    fig, ax = axes("One decode step's attention (one layer)", "context (tokens)", "time (ms)", logx=True, logy=True)
+    for kv in sorted({m.num_kv_heads for m in measurements}, reverse=True):
+        points = sorted((m for m in measurements if m.num_kv_heads == kv), key=lambda m: m.context)
+        ax.plot([m.context for m in points], [m.timing.median_s * 1e3 for m in points], "o-", label=f"{kv} KV heads")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def bench() -> dict:
+    """Benchmarks of this module for ``python -m kvlib bench`` (longest context of :func:`decode_setup`)."""
+    setup = decode_setup()
+    probe = probe_bandwidth(setup)
+    q, k, v = decode_inputs(setup, 8, setup.longest)
+    gqa8 = time_decode(setup, q, k, v, "grouped")
+    repeat = time_decode(setup, q, k, v, "repeat")
+    del q, k, v
+    mha = measure_decode(setup, 32, setup.longest)
+    mqa = measure_decode(setup, 1, setup.longest)
+    return {
+        "decode_attn_bw_fraction": round(mha.gbps / probe.gbps, 3),
+        "gqa8_speedup": round(mha.timing.median_s / gqa8.timing.median_s, 2),
+        "mqa_speedup": round(mha.timing.median_s / mqa.timing.median_s, 2),
+        "grouped_vs_repeat_speedup": round(repeat.timing.median_s / gqa8.timing.median_s, 2),
+    }

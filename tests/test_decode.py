@@ -1,0 +1,83 @@
+"""The three attention implementations agree; decode measurements count bytes and FLOPs
+right; per-device sizes keep K/V far beyond CPU caches; bench() reports its four fields."""
+
+import pytest
+import torch
+
+from kvlib import KVLibError, decode
+from kvlib.attention import grouped_attention, repeat_kv_attention, sdpa_attention
+
+
+def _qkv(heads, kv_heads, num_new, num_keys, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, heads, num_new, 16, generator=g)
+    k, v = (torch.randn(2, kv_heads, num_keys, 16, generator=g) for _ in range(2))
+    return q, k, v
+
+
+def _reference(q, k, v, q_start):
+    """Textbook attention, one head at a time, with K/V head h // group."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.empty_like(q)
+    for h in range(q.shape[1]):
+        scores = q[:, h] @ k[:, h // group].transpose(-1, -2) / 4.0  # sqrt(16)
+        pos = torch.arange(q.shape[2])[:, None] + q_start
+        scores = scores.masked_fill(torch.arange(k.shape[2])[None, :] > pos, float("-inf"))
+        out[:, h] = torch.softmax(scores, -1) @ v[:, h // group]
+    return out
+
+
+@pytest.mark.parametrize("kv_heads", [8, 2, 1], ids=["MHA", "GQA", "MQA"])
+@pytest.mark.parametrize("num_new, q_start", [(1, 11), (5, 0), (4, 8)], ids=["decode", "prefill", "chunk"])
+@pytest.mark.parametrize("attention", [grouped_attention, repeat_kv_attention, sdpa_attention], ids=lambda f: f.__name__)
+def test_implementations_agree_with_the_textbook(attention, kv_heads, num_new, q_start):
+    q, k, v = _qkv(8, kv_heads, num_new, q_start + num_new)
+    assert torch.allclose(attention(q, k, v, q_start), _reference(q, k, v, q_start), atol=1e-5)
+
+
+def test_measurement_counts_bytes_and_flops():
+    timing = decode.Timing(0.5, 0.4, 0.6, (0.5,))
+    m = decode.DecodeMeasurement("grouped", 8, 1000, 2, 32, 128, 2, timing)
+    assert m.kv_bytes == 2 * 2 * 8 * 1000 * 128 * 2
+    assert m.flops == 4 * 2 * 32 * 1000 * 128
+    assert m.intensity == 2 * (32 // 8) / 2
+    assert m.gbps == m.kv_bytes / 0.5 / 1e9 and m.gflops == m.flops / 0.5 / 1e9
+
+
+def test_per_device_sizes():
+    cpu = decode.decode_setup("cpu")
+    assert cpu.dtype == torch.float32 and cpu.threads == 1 and cpu.kv_heads == (32, 8, 4, 1)
+    mha_bytes = 2 * cpu.batch * 32 * cpu.longest * cpu.head_dim * 4
+    assert mha_bytes >= 8 * 32 * 2**20  # 8x a 32 MiB last-level cache
+    gpu = decode.decode_setup("cuda")  # a description only: nothing is allocated
+    assert gpu.dtype == torch.float16 and gpu.threads is None
+    assert 2 * gpu.batch * 32 * gpu.longest * gpu.head_dim * 2 == 8 * 2**30
+
+
+def test_measure_decode_on_a_small_setup():
+    setup = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(64,), threads=1)
+    before = torch.get_num_threads()
+    m = decode.measure_decode(setup, 8, 64, repeats=2)
+    assert m.timing.median_s > 0 and m.kv_bytes == 2 * 8 * 64 * 128 * 4
+    assert torch.get_num_threads() == before
+    rows = decode.compare_implementations(setup, 4, 64, repeats=1)
+    assert [r.impl for r in rows] == ["grouped", "repeat", "sdpa"]
+    with pytest.raises(KVLibError, match="num_kv_heads must divide"):
+        decode.measure_decode(setup, 3, 64)
+    with pytest.raises(KVLibError, match="unknown attention implementation 'flash'"):
+        decode.time_decode(setup, *decode.decode_inputs(setup, 8, 64), impl="flash")
+
+
+def test_inputs_are_seeded():
+    setup = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(8,))
+    a, b = decode.decode_inputs(setup, 4, 8), decode.decode_inputs(setup, 4, 8)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_bench_fields(monkeypatch):
+    small = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(256,), threads=1)
+    monkeypatch.setattr(decode, "decode_setup", lambda: small)
+    monkeypatch.setattr(decode, "probe_bandwidth", lambda setup: decode.memory_bandwidth(4 << 20, "cpu", repeats=2))
+    fields = decode.bench()
+    assert set(fields) == {"decode_attn_bw_fraction", "gqa8_speedup", "mqa_speedup", "grouped_vs_repeat_speedup"}
+    assert all(isinstance(v, float) and v > 0 for v in fields.values())
