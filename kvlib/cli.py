@@ -15,7 +15,7 @@ import time
 from kvlib import KVLibError
 
 # Modules that contribute to ``python -m kvlib bench``; each defines ``bench() -> dict``.
-BENCH_MODULES = ("measure",)
+BENCH_MODULES = ("measure", "decode")
 
 EXIT_USAGE = 2
 
@@ -59,6 +59,14 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_size(args) -> int:
+    from kvlib.sizing import format_summary, size_summary
+
+    summary = size_summary(args.model, args.context, args.batch, args.kv_dtype)
+    print(json.dumps(summary) if args.json else format_summary(summary))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m kvlib", description="Tools and benchmarks of the kvbook library.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
@@ -71,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object with numeric fields")
     bench.add_argument("--only", nargs="+", metavar="SECTION", help=f"run only these sections ({', '.join(BENCH_MODULES)})")
     bench.set_defaults(func=_cmd_bench)
+
+    size = sub.add_parser("size", help="KV-cache bytes of a model: a catalog name or a config.json path")
+    size.add_argument("model", help="catalog name (e.g. Llama-3-8B) or path to a Hugging Face config.json")
+    size.add_argument("--context", type=int, required=True, help="tokens per sequence (prompt + generated)")
+    size.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
+    size.add_argument("--kv-dtype", default="fp16", choices=("fp32", "fp16", "bf16", "fp8", "int8", "int4"))
+    size.add_argument("--json", action="store_true", help="print one JSON object")
+    size.set_defaults(func=_cmd_size)
     return parser
 
 
