@@ -96,7 +96,7 @@ def plot_max_batch(models=("Llama-2-7B", "Llama-3-8B", "Mistral-7B-v0.1", "Gemma
     """Max batch against context on one GPU (bf16 weights): the static plot beside the calculator."""
     from kvlib.plotting import axes
 
-    fig, ax = axes(f"Sequences that fit on a {gpu_gib:g} GiB GPU ({kv_dtype} cache, bf16 weights)",
+    fig, ax = axes(f"Sequences that fit in {gpu_gib:g} GiB of GPU memory ({kv_dtype} cache, bf16 weights)",
                    "context (tokens)", "max batch", logx=True, logy=True)
     for name in models:
         limit = catalog_entry(name).spec.max_context

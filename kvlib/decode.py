@@ -4,7 +4,7 @@ At each generated token, every layer's attention has one query per sequence and 
 the whole K and V cache of that layer once. It does about 4 x num_heads x head_dim floating
 point operations per cached token, against 2 x num_kv_heads x head_dim values read, so its
 arithmetic intensity (FLOPs per byte) is tiny for MHA and grows with the group size
-num_heads / num_kv_heads. Shazeer's argument for MQA {cite}`shazeer2019mqa` is that the
+num_heads / num_kv_heads. Shazeer's argument for MQA (2019) is that the
 time is set by the bytes read: time = K/V bytes / memory bandwidth. This module measures
 that time for several numbers of KV heads and context lengths and turns it into achieved
 GB/s (bytes read / time) and GFLOP/s, to set beside the bandwidth probe of
@@ -49,6 +49,13 @@ class DecodeSetup:
     @property
     def longest(self) -> int:
         return self.contexts[-1]
+
+    def describe(self) -> str:
+        threads = "torch's threads" if self.threads is None else f"{self.threads} thread{'s' * (self.threads > 1)}"
+        contexts = ", ".join(f"{c:,}" for c in self.contexts)
+        return (f"{self.device.type}, {str(self.dtype).removeprefix('torch.')}, batch {self.batch}, "
+                f"{self.num_heads} query heads of {self.head_dim}, KV heads {self.kv_heads}, "
+                f"contexts {contexts}, {threads}")
 
 
 def decode_setup(device: torch.device | str | None = None, threads: int | None = 1) -> DecodeSetup:
@@ -145,7 +152,7 @@ def decode_inputs(setup: DecodeSetup, num_kv_heads: int, context: int, seed: int
 
 
 def _calls_per_sample(fn, device, target_s: float) -> int:
-    """How many back-to-back calls make one timing sample last about ``target_s``."""
+    """How many back-to-back calls make one timing sample last about ``target_s`` (warms ``fn`` up too)."""
     once = time_it(fn, repeats=1, warmup=1, device=device).median_s
     return max(1, math.ceil(target_s / max(once, 1e-7)))
 
@@ -161,7 +168,7 @@ def time_decode(setup: DecodeSetup, q, k, v, impl: str = "grouped", repeats: int
 
     with torch.inference_mode(), torch_threads(setup.threads):
         number = _calls_per_sample(step, setup.device, target_s=0.01)
-        timing = time_it(step, repeats=repeats, warmup=1, number=number, device=setup.device)
+        timing = time_it(step, repeats=repeats, warmup=0, number=number, device=setup.device)
     return DecodeMeasurement(impl, k.shape[1], k.shape[2], setup.batch, setup.num_heads, setup.head_dim,
                              k.element_size(), timing)
 
@@ -214,7 +221,7 @@ def plot_roofline(measurements: list[DecodeMeasurement], probe_gbps: float, peak
         ax.scatter([m.intensity for m in points], [m.gflops for m in points], marker=marker, label=f"context {context:,}")
         for m in points:
             ax.annotate(f"{m.num_kv_heads}", (m.intensity, m.gflops), textcoords="offset points", xytext=(4, -10), fontsize=7)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title="point labels: KV heads", title_fontsize=8)
     return fig
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvlib.decode import torch_threads
 from kvlib.sizing import cache_bytes, spec_from_config, spec_from_model_config
 
 
@@ -57,7 +58,8 @@ def kvlib_cache_checks(config, batch: int = 2, prompt_len: int = 5, num_new: int
     prompt = _prompt(config.vocab_size, batch, prompt_len, seed)
     checks = []
     for mode in ("cache", "concat"):
-        cache = generate(model, prompt, num_new, mode).cache
+        with torch_threads(1):  # tiny tensors: threads would only wait for each other
+            cache = generate(model, prompt, num_new, mode).cache
         k, v = (cache.k, cache.v) if mode == "cache" else (cache.k + cache.v, [])
         tokens = cache.max_len if mode == "cache" else cache.length
         measured = storage_bytes(k if mode == "concat" else [k, v])
@@ -84,7 +86,7 @@ def transformers_cache_check(config, batch: int = 2, prompt_len: int = 5, num_ne
     measure the tensors of the ``DynamicCache`` it returns (float32, CPU)."""
     from transformers import AutoModelForCausalLM
 
-    with quiet_transformers(), torch.random.fork_rng(devices=[]):
+    with quiet_transformers(), torch.random.fork_rng(devices=[]), torch_threads(1):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config).eval()
         prompt = _prompt(config.vocab_size, batch, prompt_len, seed)

@@ -5,7 +5,7 @@ vector per KV head, so the whole cache is
 
     bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
 
-(the formula of the source article {cite}`kvarticle`). Real models bend it in five ways,
+(the formula of the source article of this book). Real models bend it in five ways,
 all handled here from a single description, :class:`ModelSpec`:
 
 - **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
@@ -516,6 +516,27 @@ def catalog_table(dtype: str | KVDtype = "fp16") -> list[dict]:
             "cache at max context (GiB)": round(size.total_gib, 3),
         })
     return rows
+
+
+def plot_catalog(dtype: str | KVDtype = "fp16"):
+    """Cache of one sequence at each catalog model's maximum context (log scale), coloured by kind."""
+    from matplotlib.patches import Patch
+
+    from kvlib.plotting import axes
+
+    rows = catalog_table(dtype)[::-1]
+    fig, ax = axes(f"KV cache of one sequence at the model's maximum context ({kv_dtype(dtype).name})",
+                   "GiB (log scale)", "", logx=True, size=(7.5, 4.6))
+    colours = {"MHA": "tab:red", "GQA": "tab:blue", "MQA": "tab:green", "MLA": "tab:purple"}
+    ax.barh([r["model"] for r in rows], [r["cache at max context (GiB)"] for r in rows],
+            color=[colours[r["kind"]] for r in rows])
+    for i, r in enumerate(rows):
+        ax.annotate(f" {r['cache at max context (GiB)']:g} GiB @ {r['max context']:,}", (r["cache at max context (GiB)"], i),
+                    va="center", fontsize=7)
+    ax.set_xlim(right=ax.get_xlim()[1] * 20)
+    handles = [Patch(color=c, label=k) for k, c in colours.items()]
+    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    return fig
 
 
 def catalog_export() -> dict:
