@@ -1,17 +1,21 @@
-# kvbook: two commands do everything on a fresh machine with Python 3.10-3.12 and make.
+# kvbook: two commands do everything on a fresh machine with Python 3.10-3.12, make and npm.
 #   make book   - create .venv if missing, install the pins, execute every notebook, build _build/html
-#   make test   - install the same way, then run every test (unit + hygiene, nbval, book build)
+#   make test   - install the same way, then run every test (unit + hygiene, nbval, book build, browser)
+# The HTML serves its own MathJax and widget scripts: `make assets` (run by book/test) installs the
+# npm pins of package-lock.json into node_modules/ with `npm ci` (needs node and npm).
 # Other targets: make lab (open the notebooks in JupyterLab), make bench, make clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvbook-installed
+NPM    ?= npm
+ASSETS := node_modules/.kvbook-installed
 # Notebooks listed in _toc.yml, in book order.
 NOTEBOOKS = $$($(PY) -m tests.toc)
 BUILD_FLAGS = -W -n --keep-going
 
-.PHONY: book test unit nbval build-check lab bench execute clean
+.PHONY: book test unit nbval build-check browser assets lab bench execute clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 12) else "kvbook needs Python 3.10-3.12, but $(PYTHON) is %d.%d (set PYTHON=python3.11)" % v)'
@@ -21,21 +25,35 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-book: $(STAMP)
+$(ASSETS): package.json package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "kvbook: npm not found; the book serves its own MathJax and widget scripts from npm packages: install node and npm (apt-get install nodejs npm)"; exit 1; }
+	$(NPM) ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $(ASSETS)
+
+assets: $(ASSETS)
+
+book: $(STAMP) $(ASSETS)
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+# The browser tests read the HTML that build-check writes, so they run after it.
 test: unit nbval build-check
+	@$(MAKE) --no-print-directory browser
 
-unit: $(STAMP)
+# (tests/test_pipeline.py builds small books, which load kvbook_sphinx and so need the assets too)
+unit: $(STAMP) $(ASSETS)
 	$(PY) -m pytest tests -q --ignore=tests/browser
 
 nbval: $(STAMP)
 	$(PY) -m pytest -q --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(NOTEBOOKS)
 
-build-check: $(STAMP)
+build-check: $(STAMP) $(ASSETS)
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
+
+# Every page of _build/html (or KVBOOK_HTML) in headless Chromium; KVBOOK_SKIP_BROWSER=1 skips.
+browser: $(STAMP)
+	$(PY) -m pytest tests/browser -q -rs
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab book/
@@ -49,4 +67,4 @@ execute: $(STAMP)
 	$(PY) -m tests.nbtools execute $(or $(NB),$(NOTEBOOKS))
 
 clean:
-	rm -rf _build
+	rm -rf _build test-artifacts

@@ -1,0 +1,115 @@
+"""Sphinx extension that makes the published book work offline.
+
+The HTML of the book loads MathJax (math) and, on pages with ipywidgets, RequireJS and
+the widgets' HTML manager. By default Sphinx and myst-nb take those from CDNs; kvbook
+serves pinned copies instead, so a page renders with no network at all and looks the
+same in ten years. The copies come from ``node_modules/`` (``package.json`` pins them,
+``package-lock.json`` locks them, ``make assets`` runs ``npm ci``); this extension copies
+the files the pages use into ``_static/offline/`` of the HTML output, and fails the build
+with a one-line fix when they are missing or when a configured script is not local.
+
+_config.yml points ``mathjax_path`` and ``nb_ipywidgets_js`` at ``offline/...``, paths
+relative to ``_static/``. The browser tests (tests/browser/) check that no page requests
+anything from outside the book.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_MODULES = ROOT / "node_modules"
+VENDOR = "offline"  # under _static/ (the theme itself uses _static/vendor/)
+FIX = "run `make assets` (it runs `npm ci` in the repository root; needs node and npm)"
+
+# source under node_modules/ -> destination under _static/offline/
+ASSETS = {
+    "mathjax/es5": "mathjax",
+    "mathjax/LICENSE": "mathjax/LICENSE",
+    "requirejs/require.js": "requirejs/require.js",  # its MIT licence is in the file's header
+    # embed-amd.js bundles the standard widgets; the font files in dist/ are the Font Awesome icons it loads.
+    "@jupyter-widgets/html-manager/dist": "html-manager",
+}
+SKIP = ("*.map", "embed.js", "libembed-amd.js")  # not loaded by the pages
+# kvbook's own script, next to the others: points the widget manager at its fonts, bridges MathJax 2 -> 3.
+OWN = {Path(__file__).with_name("widgets-setup.js"): "widgets-setup.js"}
+
+
+def _sources() -> list[tuple[Path, str]]:
+    """Every (source path, destination under offline/) pair; a one-line error when one is missing."""
+    pairs = list(OWN.items())
+    for source, dest in ASSETS.items():
+        path = NODE_MODULES / source
+        if not path.exists():
+            raise ExtensionError(f"kvbook: offline assets missing (node_modules/{source} not found): {FIX}")
+        pairs.append((path, dest))
+    return pairs
+
+
+def _copy_if_changed(source: str, target: str) -> None:
+    # by content: npm gives every unpacked file the same old timestamp, so times cannot tell versions apart
+    if not (Path(target).exists() and filecmp.cmp(source, target, shallow=False)):
+        shutil.copyfile(source, target)
+
+
+def _local_scripts(app: Sphinx) -> list[str]:
+    """The configured script paths; each must be relative (served from _static/)."""
+    paths = [app.config.mathjax_path, *getattr(app.config, "nb_ipywidgets_js", {}).keys()]
+    for path in paths:
+        if "://" in path or path.startswith("//"):
+            raise ExtensionError(f"kvbook: {path} is loaded from the network; point it at _static/{VENDOR}/ (see _config.yml)")
+    return paths
+
+
+def check_assets(app: Sphinx) -> None:
+    """Fail before executing any notebook when the assets are missing or a script is remote."""
+    if app.builder.format != "html":
+        return
+    _sources()
+    _local_scripts(app)
+
+
+def copy_assets(app: Sphinx, exception: Exception | None) -> None:
+    """Copy the pinned assets into _static/offline/ and check every configured script is there."""
+    if exception is not None or app.builder.format != "html":
+        return
+    static = Path(app.outdir) / "_static"
+    for source, dest in _sources():
+        target = static / VENDOR / dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns(*SKIP), copy_function=_copy_if_changed,
+                            dirs_exist_ok=True)
+        else:
+            _copy_if_changed(str(source), str(target))
+    for path in _local_scripts(app):
+        if not (static / path).is_file():
+            raise ExtensionError(f"kvbook: {path} is configured but _static/{path} was not produced; "
+                                 f"the assets in kvbook_sphinx.ASSETS do not contain it")
+
+
+def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Keep the first of identical <script> entries of a page.
+
+    Under Jupyter Book 1.x sphinx-thebe registers its inline settings twice; both copies declare
+    `const THEBE_JS_URL`, so every page logged a SyntaxError in the browser console.
+    """
+    unique = {}
+    for script in context.get("script_files", []):
+        # the two copies differ only in filename None vs "" (an inline script has no file)
+        key = (getattr(script, "filename", script) or "", getattr(script, "priority", 0),
+               tuple(sorted(getattr(script, "attributes", {}).items())))
+        unique.setdefault(key, script)
+    context["script_files"] = list(unique.values())
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("builder-inited", check_assets)
+    app.connect("build-finished", copy_assets)
+    app.connect("html-page-context", drop_duplicate_scripts, priority=900)  # after the others added theirs
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
