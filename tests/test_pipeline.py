@@ -61,6 +61,9 @@ def test_nbval_fails_when_a_deterministic_output_changes(tmp_path):
 def _tiny_book(tmp_path: Path, markdown: str, code: str) -> subprocess.CompletedProcess:
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     (tmp_path / "_config.yml").write_text(yaml.safe_dump(config))
+    for bib in config.get("bibtex_bibfiles", []):  # the bibliography the config names must exist
+        (tmp_path / bib).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / bib).write_text((ROOT / bib).read_text())
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: page\n")
     (tmp_path / "intro.md").write_text("# Intro\n\nA tiny book.\n")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# Page\n\n{markdown}"), nbformat.v4.new_code_cell(code)])
