@@ -1,15 +1,14 @@
-# kvbook: two commands do everything on a fresh machine with Python 3.10-3.12, make and npm.
+# kvbook: two commands do everything on a fresh machine with Python 3.10-3.12 and make.
 #   make book   - create .venv if missing, install the pins, execute every notebook, build _build/html
 #   make test   - install the same way, then run every test (unit + hygiene, nbval, book build, browser)
-# The HTML serves its own MathJax and widget scripts: `make assets` (run by book/test) installs the
-# npm pins of package-lock.json into node_modules/ with `npm ci` (needs node and npm).
+# The HTML serves its own MathJax and widget scripts: `make assets` (run by book/test) fetches the
+# npm packages pinned in package-lock.json into node_modules/ (with Python; no node needed).
 # Other targets: make lab (open the notebooks in JupyterLab), make bench, make clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.kvbook-installed
-NPM    ?= npm
 ASSETS := node_modules/.kvbook-installed
 # Notebooks listed in _toc.yml, in book order.
 NOTEBOOKS = $$($(PY) -m tests.toc)
@@ -25,9 +24,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	@touch $(STAMP)
 
-$(ASSETS): package.json package-lock.json
-	@command -v $(NPM) >/dev/null || { echo "kvbook: npm not found; the book serves its own MathJax and widget scripts from npm packages: install node and npm (apt-get install nodejs npm)"; exit 1; }
-	$(NPM) ci --ignore-scripts --no-audit --no-fund --loglevel=error
+# Downloads the three npm tarballs that package-lock.json pins and checks their sha512 hashes
+# (no node or npm needed; `npm ci` gives the same node_modules/ for those who have it).
+$(ASSETS): package.json package-lock.json $(STAMP)
+	$(PY) -m kvbook_sphinx.assets
 	@touch $(ASSETS)
 
 assets: $(ASSETS)

@@ -4,7 +4,7 @@ The HTML of the book loads MathJax (math) and, on pages with ipywidgets, Require
 the widgets' HTML manager. By default Sphinx and myst-nb take those from CDNs; kvbook
 serves pinned copies instead, so a page renders with no network at all and looks the
 same in ten years. The copies come from ``node_modules/`` (``package.json`` pins them,
-``package-lock.json`` locks them, ``make assets`` runs ``npm ci``); this extension copies
+``package-lock.json`` locks them, ``make assets`` fetches them with kvbook_sphinx/assets.py); this extension copies
 the files the pages use into ``_static/offline/`` of the HTML output, and fails the build
 with a one-line fix when they are missing or when a configured script is not local.
 
@@ -25,7 +25,7 @@ from sphinx.errors import ExtensionError
 ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "node_modules"
 VENDOR = "offline"  # under _static/ (the theme itself uses _static/vendor/)
-FIX = "run `make assets` (it runs `npm ci` in the repository root; needs node and npm)"
+FIX = "run `make assets` (it fetches the npm packages pinned in package-lock.json; see kvbook_sphinx/assets.py)"
 
 # source under node_modules/ -> destination under _static/offline/
 ASSETS = {
