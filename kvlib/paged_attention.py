@@ -1,0 +1,222 @@
+"""Paged attention in PyTorch and a paged KV cache that ``kvlib.model`` runs on (chapter 3).
+
+The K/V of every layer live in one preallocated pool per layer, shaped
+``(num_blocks, block_size, num_kv_heads, head_dim)`` as in vLLM. A
+:class:`~kvlib.paged.BlockManager` decides which block holds which token; this module
+writes new K/V through the *slot mapping* and reads them back through the *block tables*.
+
+:func:`paged_attention` is the kernel: it gathers each sequence's blocks in block-table
+order (one copy of the K/V it reads, which vLLM's CUDA kernel avoids by reading the blocks
+in place) and attends with each K/V head shared by its group of query heads, as
+:func:`kvlib.attention.grouped_attention` does for the contiguous cache. Chapter 3 checks
+that both give the same result and measures what the gather costs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from kvlib import KVLibError
+from kvlib.attention import causal_mask
+from kvlib.model import ModelConfig, TinyLlama
+from kvlib.paged import BlockManager
+
+
+def gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+    """Read whole blocks of one layer's pool in block-table order (one gather, one copy).
+
+    cache: (num_blocks, block_size, num_kv_heads, head_dim); block_tables: (batch, max_blocks)
+    returns: (batch, max_blocks * block_size, num_kv_heads, head_dim): row j of a sequence holds
+    its token j (rows past a sequence's length hold whatever their block holds).
+    """
+    batch, max_blocks = block_tables.shape
+    _, block_size, num_kv_heads, head_dim = cache.shape
+    blocks = cache.index_select(0, block_tables.flatten())  # (batch * max_blocks, block_size, kv_heads, head_dim)
+    return blocks.view(batch, max_blocks * block_size, num_kv_heads, head_dim)
+
+
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor
+) -> torch.Tensor:
+    """Attention of each sequence's newest queries over its keys and values stored in blocks.
+
+    q: (batch, num_heads, num_new, head_dim), the last ``num_new`` tokens of each sequence
+    k_cache, v_cache: (num_blocks, block_size, num_kv_heads, head_dim), one layer's pool
+    block_tables: (batch, max_blocks) int64, padded with any valid block id
+    seq_lens: (batch,) tokens stored per sequence, the new ones included; they may differ
+    returns: (batch, num_heads, num_new, head_dim)
+
+    The blocks are gathered once in the pool's own token-major layout. Each K/V head then
+    meets the queries of its group in two matrix products that read the gathered K and V in
+    place (a strided matrix, no further copy and no copy per query head). Keys past a
+    sequence's length are masked by the causal mask, because the last query of a sequence
+    sits at position ``seq_len - 1``.
+    """
+    batch, num_heads, num_new, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    max_blocks = -(-int(seq_lens.max()) // k_cache.shape[1])  # read no more blocks than the longest needs
+    tables = block_tables[:, :max_blocks]
+    k, v = gather_blocks(k_cache, tables), gather_blocks(v_cache, tables)  # (batch, keys, kv_heads, head_dim)
+    q = q.reshape(batch, num_kv_heads, group * num_new, head_dim)  # each group's queries as rows
+    scores = torch.stack([q[:, h] @ k[:, :, h].transpose(1, 2) for h in range(num_kv_heads)], dim=1)
+    scores = scores.view(batch, num_kv_heads, group, num_new, k.shape[1]) / math.sqrt(head_dim)
+    scores = scores.masked_fill(~causal_mask(seq_lens - num_new, num_new, k.shape[1], q.device), float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype).view(batch, num_kv_heads, group * num_new, -1)
+    out = torch.stack([weights[:, h] @ v[:, :, h] for h in range(num_kv_heads)], dim=1)  # (batch, kv_heads, group*new, head_dim)
+    return out.view(batch, num_heads, num_new, head_dim)
+
+
+class PagedKVCache:
+    """K/V of every layer in block pools, ``(num_layers, num_blocks, block_size, num_kv_heads, head_dim)``.
+
+    Implements the model's cache protocol for a batch of sequences of different lengths.
+    The caller manages sequences through ``cache.manager`` (allocate a prompt, append a
+    token, fork, free), chooses the sequences of the next forward pass with
+    :meth:`schedule`, and runs the model on their tokens that have no K/V yet:
+
+    - prefill: ``manager.allocate(seq, prompt)``; ``schedule([seq])``; run the prompt after
+      the tokens found in the prefix cache;
+    - decode: ``manager.append_slot(seq, token)`` for each sequence; ``schedule(seqs)``;
+      run one token per sequence.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        num_blocks: int,
+        block_size: int,
+        device=None,
+        dtype=torch.float32,
+        enable_prefix_caching: bool = True,
+    ):
+        self.manager = BlockManager(num_blocks, block_size, enable_prefix_caching, copy_block=self._copy_block)
+        shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.num_layers = config.num_layers
+        self._batch: list[int] = []
+        self._step: dict = {}
+
+    @property
+    def block_size(self) -> int:
+        return self.manager.block_size
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes of the K and V pools (all blocks, used or not)."""
+        return 2 * self.k.numel() * self.k.element_size()
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.num_bytes // self.manager.num_blocks
+
+    def _copy_block(self, src: int, dst: int) -> None:
+        """Copy-on-write: copy block ``src``'s K/V into block ``dst`` in every layer."""
+        self.k[:, dst] = self.k[:, src]
+        self.v[:, dst] = self.v[:, src]
+
+    def schedule(self, seq_ids: Sequence[int]) -> None:
+        """Choose the sequences (in batch order) of the next forward pass."""
+        if not seq_ids:
+            raise KVLibError("schedule needs at least one sequence")
+        for seq_id in seq_ids:
+            self.manager.block_table(seq_id)  # raises for unknown or freed sequences
+        if len(set(seq_ids)) != len(seq_ids):
+            raise KVLibError(f"a sequence appears twice in the batch {list(seq_ids)}")
+        self._batch = list(seq_ids)
+
+    def prepare(self, num_new: int) -> torch.Tensor:
+        """Positions (batch, num_new) of each scheduled sequence's tokens that have no K/V yet."""
+        if not self._batch:
+            raise KVLibError("no sequences scheduled: call cache.schedule(seq_ids) before running the model")
+        if num_new < 1:
+            raise KVLibError(f"the model must be given at least one new token per sequence, not {num_new}")
+        manager, device = self.manager, self.k.device
+        starts, slots = [], []
+        for seq_id in self._batch:
+            start, length = manager.num_computed(seq_id), len(manager.token_ids(seq_id))
+            if length - start != num_new:
+                raise KVLibError(
+                    f"sequence {seq_id} has {length - start} tokens without K/V, but the model was given {num_new}"
+                )
+            slots += [manager.slot(seq_id, pos) for pos in range(start, length)]
+            starts.append(start)
+        self._check_private(slots)
+        tables = [manager.block_table(s) for s in self._batch]
+        width = max(map(len, tables))
+        self._step = {
+            "slot_mapping": torch.tensor(slots, dtype=torch.long, device=device),  # (batch * num_new,)
+            "block_tables": torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device),
+            "seq_lens": torch.tensor(starts, device=device) + num_new,
+        }
+        return torch.tensor(starts, device=device)[:, None] + torch.arange(num_new, device=device)
+
+    def _check_private(self, slots: list[int]) -> None:
+        """Invariant: the slots about to be written belong to blocks no other sequence uses."""
+        for slot in slots:
+            if self.manager.ref_cnt(slot // self.block_size) != 1:
+                raise KVLibError(f"slot {slot} is in a shared block; writing it would change other sequences")
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Write this layer's new K/V into their slots, then attend through the block tables."""
+        step = self._step
+        num_kv_heads, head_dim = k.shape[1], k.shape[3]
+        flat = (-1, num_kv_heads, head_dim)  # the pool as one row per slot: (num_blocks * block_size, kv_heads, head_dim)
+        self.k[layer].view(flat)[step["slot_mapping"]] = k.transpose(1, 2).reshape(flat)
+        self.v[layer].view(flat)[step["slot_mapping"]] = v.transpose(1, 2).reshape(flat)
+        out = paged_attention(q, self.k[layer], self.v[layer], step["block_tables"], step["seq_lens"])
+        if layer == self.num_layers - 1:  # the forward pass is complete: these K/V now exist
+            for seq_id in self._batch:
+                self.manager.mark_computed(seq_id)
+        return out
+
+    def read(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stored K and V of one sequence in one layer, each (num_kv_heads, seq_len, head_dim)."""
+        table = torch.tensor(self.manager.block_table(seq_id), device=self.k.device)[None]
+        length = self.manager.num_computed(seq_id)
+        k, v = gather_blocks(self.k[layer], table), gather_blocks(self.v[layer], table)
+        return k[0, :length].transpose(0, 1), v[0, :length].transpose(0, 1)
+
+
+@torch.inference_mode()
+def generate_paged(
+    model: TinyLlama,
+    prompts: Sequence[Sequence[int]],
+    num_new: int,
+    block_size: int = 16,
+    num_blocks: int | None = None,
+    device=None,
+) -> tuple[list[list[int]], PagedKVCache]:
+    """Greedy generation for prompts of different lengths on one :class:`PagedKVCache`.
+
+    Each prompt is prefilled alone (one forward pass over its uncached tokens), then all
+    sequences decode together, one token per step, in one batch. Returns each sequence's
+    tokens (prompt followed by ``num_new`` generated tokens) and the cache.
+    """
+    if not isinstance(num_new, int) or num_new < 1:
+        raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
+    device = model.lm_head.weight.device if device is None else device
+    if num_blocks is None:
+        num_blocks = sum(-(-(len(p) + num_new) // block_size) for p in prompts)
+    cache = PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype)
+    next_tokens = []
+    for seq_id, prompt in enumerate(prompts):
+        allocation = cache.manager.allocate(seq_id, prompt)
+        if allocation is None:
+            raise KVLibError(f"the cache of {num_blocks} blocks cannot hold prompt {seq_id} ({len(prompt)} tokens)")
+        cache.schedule([seq_id])
+        uncached = torch.tensor([list(prompt)[allocation.num_cached_tokens :]], device=device)  # (1, new)
+        next_tokens.append(int(model(uncached, cache)[0, -1].argmax()))
+    seq_ids = list(range(len(prompts)))
+    for step in range(num_new - 1):
+        for seq_id, token in zip(seq_ids, next_tokens):
+            if cache.manager.append_slot(seq_id, token) is None:
+                raise KVLibError(f"the cache of {num_blocks} blocks is full after {step} decode steps")
+        cache.schedule(seq_ids)
+        logits = model(torch.tensor(next_tokens, device=device)[:, None], cache)  # (batch, 1, vocab)
+        next_tokens = logits[:, -1].argmax(dim=-1).tolist()
+    return [cache.manager.token_ids(s) + [t] for s, t in zip(seq_ids, next_tokens)], cache

@@ -1,0 +1,146 @@
+"""The paged kernel equals contiguous attention, the model generates the same tokens on the paged
+cache as on the contiguous one, and the chapter 3 measurement helpers behave (kvlib.paged_attention,
+kvlib.paged_measure)."""
+
+import pytest
+import torch
+
+from kvlib import KVLibError
+from kvlib.generate import generate
+from kvlib.model import ModelConfig, TinyLlama
+from kvlib.paged_attention import PagedKVCache, generate_paged
+from kvlib.paged_measure import (
+    KernelSizes,
+    paged_vs_contiguous_error,
+    random_decode_case,
+    reservation_waste,
+    time_decode_attention,
+)
+
+# float32: paged and contiguous attention add the same products over different numbers of
+# (masked) keys, so they differ by rounding only (observed < 1e-6).
+ATOL = 1e-5
+SMALL = dict(vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=96, max_seq_len=256)
+
+
+def prompts_of(lengths, seed=0, vocab=97):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
+
+
+def contiguous_tokens(model, prompt, num_new):
+    return generate(model, torch.tensor([prompt]), num_new, "cache").tokens[0].tolist()
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16, 64])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)], ids=["MHA", "GQA", "MQA"])
+@pytest.mark.parametrize("num_new", [1, 4])
+def test_paged_attention_equals_contiguous(block_size, heads, num_new):
+    # lengths chosen so that most last blocks are partial, and one sequence is one token long
+    lengths = [1, 17, 70, 33] if num_new == 1 else [4, 17, 70, 33]
+    case = random_decode_case(lengths, block_size, heads[0], heads[1], head_dim=16, num_new=num_new, seed=block_size)
+    assert paged_vs_contiguous_error(case) < ATOL
+
+
+def test_random_case_rejects_more_new_tokens_than_the_shortest_sequence():
+    with pytest.raises(KVLibError, match="num_new"):
+        random_decode_case([2, 5], 4, num_new=3)
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 64])
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
+def test_model_generates_the_same_tokens_on_the_paged_cache(block_size, num_kv_heads):
+    model = TinyLlama(ModelConfig(**{**SMALL, "num_kv_heads": num_kv_heads}))
+    prompts = prompts_of([5, 17, 1, 40])  # one batch of different lengths
+    tokens, cache = generate_paged(model, prompts, 15, block_size=block_size)
+    assert tokens == [contiguous_tokens(model, p, 15) for p in prompts]
+    assert cache.manager.usage().num_sequences == 4
+
+
+def test_prefix_caching_skips_the_shared_system_prompt_and_keeps_tokens_identical():
+    model = TinyLlama(ModelConfig(**SMALL))
+    system = prompts_of([40], seed=5)[0]
+    prompts = [system + tail for tail in prompts_of([3, 9, 1], seed=6)]
+    tokens, cache = generate_paged(model, prompts, 8, block_size=8)
+    assert cache.manager.num_cached_tokens_hit == 2 * 40  # five full blocks, for requests 2 and 3
+    assert tokens == [contiguous_tokens(model, p, 8) for p in prompts]
+
+
+@torch.inference_mode()
+def test_fork_and_copy_on_write_give_each_branch_its_own_continuation():
+    model = TinyLlama(ModelConfig(**SMALL))
+    prompt = prompts_of([21])[0]  # block size 8: the last block is partial, so branches share it
+    cache = PagedKVCache(model.config, num_blocks=12, block_size=8)
+    cache.manager.allocate(0, prompt)
+    cache.schedule([0])
+    model(torch.tensor([prompt]), cache)
+    cache.manager.fork(0, 1)
+    branch_tokens = {0: [7], 1: [11]}  # the two branches diverge at once
+    for step in range(6):
+        for seq, toks in branch_tokens.items():
+            cache.manager.append_slot(seq, toks[-1])
+        cache.schedule([0, 1])
+        logits = model(torch.tensor([[branch_tokens[0][-1]], [branch_tokens[1][-1]]]), cache)
+        for seq in (0, 1):
+            branch_tokens[seq].append(int(logits[seq, -1].argmax()))
+    assert cache.manager.num_copies == 1  # only the shared partial block was copied
+    for seq in (0, 1):
+        expected = contiguous_tokens(model, prompt + branch_tokens[seq][:1], 6)
+        assert prompt + branch_tokens[seq] == expected
+
+
+def test_cache_protocol_errors_are_named():
+    cache = PagedKVCache(ModelConfig(**SMALL), num_blocks=4, block_size=4)
+    with pytest.raises(KVLibError, match="no sequences scheduled"):
+        cache.prepare(1)
+    cache.manager.allocate(0, [1, 2, 3])
+    cache.manager.allocate(1, [1, 2])
+    with pytest.raises(KVLibError, match="unknown sequence 5"):
+        cache.schedule([5])
+    with pytest.raises(KVLibError, match="appears twice"):
+        cache.schedule([0, 0])
+    with pytest.raises(KVLibError, match="at least one sequence"):
+        cache.schedule([])
+    cache.schedule([0, 1])
+    with pytest.raises(KVLibError, match="sequence 0 has 3 tokens without K/V, but the model was given 2"):
+        cache.prepare(2)
+    with pytest.raises(KVLibError, match="at least one new token"):
+        cache.prepare(0)
+
+
+def test_generate_paged_reports_a_cache_that_is_too_small():
+    model = TinyLlama(ModelConfig(**SMALL))
+    with pytest.raises(KVLibError, match="cannot hold prompt 1"):
+        generate_paged(model, prompts_of([8, 8]), 4, block_size=4, num_blocks=3)
+    with pytest.raises(KVLibError, match="full after"):
+        generate_paged(model, prompts_of([8]), 8, block_size=4, num_blocks=2)
+    with pytest.raises(KVLibError, match="num_new"):
+        generate_paged(model, prompts_of([8]), 0)
+
+
+def test_cache_sizes():
+    config = ModelConfig(**SMALL)
+    cache = PagedKVCache(config, num_blocks=10, block_size=16)
+    per_block = 2 * config.num_layers * 16 * config.num_kv_heads * config.head_dim * 4
+    assert cache.bytes_per_block == per_block and cache.num_bytes == 10 * per_block
+
+
+def test_reservation_waste_counts_slots():
+    waste = reservation_waste([1, 16, 17, 40], max_len=64, block_size=16)
+    assert waste.used_slots == 74 and waste.contiguous_slots == 256
+    assert waste.paged_slots == 16 * (1 + 1 + 2 + 3)
+    assert waste.internal_fragmentation == 15 + 0 + 15 + 8
+    assert waste.expected_fragmentation == 4 * 7.5
+    with pytest.raises(KVLibError, match="exceeds max_len"):
+        reservation_waste([65], max_len=64)
+    with pytest.raises(KVLibError, match="must be positive"):
+        reservation_waste([0, 3], max_len=64)
+
+
+def test_decode_timing_rows_have_both_times():
+    sizes = KernelSizes(batch=2, num_heads=4, num_kv_heads=2, head_dim=8, lengths=(32,), dtype=torch.float32)
+    threads = torch.get_num_threads()
+    rows = time_decode_attention(block_sizes=(4, 8), sizes=sizes, device="cpu", repeats=1)
+    assert torch.get_num_threads() == threads  # the one-thread timing restores the setting
+    assert [(r["length"], r["block_size"]) for r in rows] == [(32, 4), (32, 8)]
+    assert all(r["contiguous_ms"] > 0 and r["paged_ms"] > 0 and r["ratio"] > 0 for r in rows)
