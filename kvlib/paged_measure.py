@@ -149,7 +149,7 @@ def tokens_identical(block_sizes: Sequence[int] = (1, 16, 64), prompt_lens: Sequ
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 128, (n,), generator=gen).tolist() for n in prompt_lens]
     reference = [generate(model, torch.tensor([p]), num_new, "cache").tokens[0].tolist() for p in prompts]
-    return all(generate_paged(model, prompts, num_new, block_size=bs)[0] == reference for bs in block_sizes)
+    return all(generate_paged(model, prompts, num_new, block_size=bs).tokens == reference for bs in block_sizes)
 
 
 def bench() -> dict:

@@ -8,7 +8,7 @@ import torch
 from kvlib import KVLibError
 from kvlib.generate import generate
 from kvlib.model import ModelConfig, TinyLlama
-from kvlib.paged_attention import PagedKVCache, generate_paged
+from kvlib.paged_attention import PagedKVCache, decode_branches, generate_paged
 from kvlib.paged_measure import (
     KernelSizes,
     paged_vs_contiguous_error,
@@ -52,41 +52,40 @@ def test_random_case_rejects_more_new_tokens_than_the_shortest_sequence():
 def test_model_generates_the_same_tokens_on_the_paged_cache(block_size, num_kv_heads):
     model = TinyLlama(ModelConfig(**{**SMALL, "num_kv_heads": num_kv_heads}))
     prompts = prompts_of([5, 17, 1, 40])  # one batch of different lengths
-    tokens, cache = generate_paged(model, prompts, 15, block_size=block_size)
-    assert tokens == [contiguous_tokens(model, p, 15) for p in prompts]
-    assert cache.manager.usage().num_sequences == 4
+    run = generate_paged(model, prompts, 15, block_size=block_size)
+    assert run.tokens == [contiguous_tokens(model, p, 15) for p in prompts]
+    assert run.cache.manager.usage().num_sequences == 4
 
 
 def test_prefix_caching_skips_the_shared_system_prompt_and_keeps_tokens_identical():
     model = TinyLlama(ModelConfig(**SMALL))
     system = prompts_of([40], seed=5)[0]
     prompts = [system + tail for tail in prompts_of([3, 9, 1], seed=6)]
-    tokens, cache = generate_paged(model, prompts, 8, block_size=8)
-    assert cache.manager.num_cached_tokens_hit == 2 * 40  # five full blocks, for requests 2 and 3
-    assert tokens == [contiguous_tokens(model, p, 8) for p in prompts]
+    run = generate_paged(model, prompts, 8, block_size=8)
+    assert [a.num_cached_tokens for a in run.allocations] == [0, 40, 40]  # five full blocks
+    assert run.cache.manager.num_cached_tokens_hit == 80
+    assert run.tokens == [contiguous_tokens(model, p, 8) for p in prompts]
 
 
-@torch.inference_mode()
 def test_fork_and_copy_on_write_give_each_branch_its_own_continuation():
     model = TinyLlama(ModelConfig(**SMALL))
-    prompt = prompts_of([21])[0]  # block size 8: the last block is partial, so branches share it
-    cache = PagedKVCache(model.config, num_blocks=12, block_size=8)
-    cache.manager.allocate(0, prompt)
-    cache.schedule([0])
-    model(torch.tensor([prompt]), cache)
-    cache.manager.fork(0, 1)
-    branch_tokens = {0: [7], 1: [11]}  # the two branches diverge at once
-    for step in range(6):
-        for seq, toks in branch_tokens.items():
-            cache.manager.append_slot(seq, toks[-1])
-        cache.schedule([0, 1])
-        logits = model(torch.tensor([[branch_tokens[0][-1]], [branch_tokens[1][-1]]]), cache)
-        for seq in (0, 1):
-            branch_tokens[seq].append(int(logits[seq, -1].argmax()))
-    assert cache.manager.num_copies == 1  # only the shared partial block was copied
-    for seq in (0, 1):
-        expected = contiguous_tokens(model, prompt + branch_tokens[seq][:1], 6)
-        assert prompt + branch_tokens[seq] == expected
+    prompt = prompts_of([21])[0]  # block size 8: the last block is partial, so the branches share it
+    run = decode_branches(model, prompt, first_tokens=[7, 11, 7], num_new=6, block_size=8)
+    prompt_blocks = run.snapshots["prefill"].block_tables[0]
+    assert all(run.snapshots["fork"].ref_cnt[b] == 3 for b in prompt_blocks)
+    after = run.snapshots["copy-on-write"]
+    assert [after.ref_cnt[b] for b in prompt_blocks] == [3, 3, 1]  # two branches copied the last block
+    assert run.cache.manager.num_copies == 2
+    for branch, first in enumerate([7, 11, 7]):
+        assert run.tokens[branch] == contiguous_tokens(model, prompt + [first], 5)
+    # the copies hold the prompt's K/V: every branch reads back the same prompt K/V
+    for layer in range(model.config.num_layers):
+        k0, v0 = run.cache.read(0, layer)
+        for branch in (1, 2):
+            k, v = run.cache.read(branch, layer)
+            assert torch.equal(k[:, :21], k0[:, :21]) and torch.equal(v[:, :21], v0[:, :21])
+    with pytest.raises(KVLibError, match="at least one branch"):
+        decode_branches(model, prompt, [], 3)
 
 
 def test_cache_protocol_errors_are_named():
