@@ -95,37 +95,36 @@ def kernel_sizes(device) -> KernelSizes:
 
 
 def time_decode_attention(
-    block_sizes: Sequence[int] = (8, 16, 32, 64, 128), sizes: KernelSizes | None = None, device=None, repeats: int = 5
+    block_sizes: Sequence[int] = (8, 16, 32, 64, 128), sizes: KernelSizes | None = None, device=None, repeats: int = 7
 ) -> list[dict]:
     """Time one decode step of attention, contiguous vs paged, for each length and block size.
 
     Every sequence of the batch has the same length, so the contiguous baseline is exactly
     what :class:`kvlib.cache.ContiguousKVCache` runs; the paged kernel reads the same K/V
-    from shuffled blocks. Returns one row per (length, block size) with both median times
-    and their ratio. On the CPU the timing uses one thread: on a shared two-core machine a
-    second thread is often descheduled, and every parallel operation then waits for it.
+    from shuffled blocks. The two are timed back to back for every block size, and each row
+    gives the fastest repeat of both and their ratio: a program that steals the processor
+    for a moment can only make a repeat slower. On the CPU the timing uses one thread: on a
+    shared two-core machine a second thread is often descheduled, and every parallel
+    operation then waits for it.
     """
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
     rows = []
     with _one_cpu_thread(device):
         for length in sizes.lengths:
-            contiguous_s = None
             for block_size in block_sizes:
                 case = random_decode_case(
                     [length] * sizes.batch, block_size, sizes.num_heads, sizes.num_kv_heads, sizes.head_dim,
                     seed=length + block_size, device=device, dtype=sizes.dtype,
                 )
-                if contiguous_s is None:  # one baseline per length
-                    k, v = torch.cat(case.k), torch.cat(case.v)  # (batch, kv_heads, length, head_dim)
-                    timing = time_it(lambda: grouped_attention(case.q, k, v, length - 1), repeats=repeats, device=device)
-                    contiguous_s = timing.median_s
-                    del k, v
+                k, v = torch.cat(case.k), torch.cat(case.v)  # (batch, kv_heads, length, head_dim)
+                contiguous = lambda: grouped_attention(case.q, k, v, length - 1)  # noqa: E731
                 paged = lambda: paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)  # noqa: E731
-                paged_s = time_it(paged, repeats=repeats, device=device).median_s
+                contiguous_s = time_it(contiguous, repeats=repeats, warmup=2, device=device).min_s
+                paged_s = time_it(paged, repeats=repeats, warmup=2, device=device).min_s
                 rows.append(dict(length=length, block_size=block_size, contiguous_ms=contiguous_s * 1e3,
                                  paged_ms=paged_s * 1e3, ratio=paged_s / contiguous_s))
-                del case
+                del case, k, v
     return rows
 
 

@@ -101,7 +101,7 @@ def draw_kernel_overhead(rows, paper_range=(1.20, 1.26)):
     """Chapter 3: paged / contiguous decode-attention time against block size, one line per length,
     with the vLLM paper's kernel overhead range shaded. ``rows``: dicts with length, block_size, ratio."""
     fig, ax = axes("Paged attention kernel: time relative to contiguous", "block size (tokens)",
-                   "paged / contiguous time", logx=True)
+                   "paged / contiguous time", logx=True, size=(8.4, 3.8))
     for length in sorted({r["length"] for r in rows}):
         points = sorted((r["block_size"], r["ratio"]) for r in rows if r["length"] == length)
         ax.plot(*zip(*points), marker="o", label=f"{length} tokens")
@@ -110,5 +110,5 @@ def draw_kernel_overhead(rows, paper_range=(1.20, 1.26)):
     sizes = sorted({r["block_size"] for r in rows})
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_ylim(0, None)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
