@@ -1,0 +1,194 @@
+// The chapter 2 KV-cache calculator for readers of the online book: no Python kernel needed.
+//
+// kvlib/webcalc.py places this script at the end of a <div class="kvcalc">, after the form and
+// after the catalog (the JSON of kvlib.sizing.catalog_export()). It repeats kvlib's arithmetic
+// (kvlib.sizing: cache bytes, weight bytes, max batch, max context; kvlib.calculator.capacity_report:
+// the GPU share) and writes the answer exactly as kvlib.webcalc.answer_rows formats it.
+// Byte counts are BigInts, exact like Python's integers; the browser tests
+// (tests/browser/test_calculator.py) check the displayed text against kvlib for many inputs.
+(function () {
+  "use strict";
+  const root = document.currentScript.parentElement;
+  const catalog = JSON.parse(root.querySelector(".kvcalc-data").textContent);
+  const models = Object.fromEntries(catalog.models.map((m) => [m.name, m]));
+  const GiB = 2 ** 30;
+
+  // ---------------------------------------------------------------- kvlib.sizing, in BigInt bytes
+
+  const big = BigInt;
+  const ceilDiv = (a, b) => (a + b - 1n) / b; // for a >= 0, b > 0, like Python's -(-a // b)
+
+  // KVDtype.vector_bytes: bits per value, plus (int8/int4) one scale and zero point per group.
+  function vectorBytes(dtype, length) {
+    const data = ceilDiv(big(length) * big(dtype.bits), 8n);
+    if (!dtype.group_size) return data;
+    return data + ceilDiv(big(length), big(dtype.group_size)) * big(dtype.meta_bytes);
+  }
+
+  // token_layer_bytes: one token in one attention layer (K and V per KV head, or one MLA latent).
+  const tokenLayerBytes = (m, dtype) => big(m.vectors_per_token_per_layer) * vectorBytes(dtype, m.values_per_vector);
+
+  // cache_size: a sliding-window layer keeps at most its window; every attention layer of an
+  // encoder-decoder model also keeps the cross-attention K/V of all encoder positions.
+  function cacheSize(m, context, batch, dtype) {
+    let selfTokens = 0;
+    for (const window of m.sliding_windows) selfTokens += window === null ? context : Math.min(context, window);
+    const crossTokens = m.attention_layers.length * m.cross_attention_tokens;
+    const perToken = big(batch) * tokenLayerBytes(m, dtype);
+    return { self: perToken * big(selfTokens), cross: perToken * big(crossTokens) };
+  }
+
+  function cacheBytes(m, context, batch, dtype) {
+    const size = cacheSize(m, context, batch, dtype);
+    return size.self + size.cross;
+  }
+
+  // weight_bytes: parameters x bits (integer formats add their group scales, as for the cache).
+  function weightBytes(numParameters, dtype) {
+    if (!dtype.group_size) return (big(numParameters) * big(dtype.bits)) / 8n;
+    return vectorBytes(dtype, numParameters);
+  }
+
+  // max_batch: sequences whose caches fit in what the weights and the overhead leave free.
+  const maxBatch = (free, perSequence) => (free < 0n ? 0n : free / perSequence);
+
+  // max_context: cache size never shrinks as the context grows, so bisect for the last that fits.
+  function maxContext(m, batch, free, dtype) {
+    if (free < cacheBytes(m, 1, batch, dtype)) return 0;
+    let low = 1;
+    let high = m.max_context;
+    while (low < high) {
+      const mid = Math.floor((low + high + 1) / 2);
+      if (cacheBytes(m, mid, batch, dtype) <= free) low = mid;
+      else high = mid - 1;
+    }
+    return low;
+  }
+
+  // ---------------------------------------------------------------- Python's number formatting
+
+  // f"{n:,}": thousands separated by commas.
+  const group = (digits) => digits.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+
+  // f"{x:,.{d}f}" for x >= 0 (f"{x:,.{d}%}" is fixed(x * 100, d) + "%", as Python multiplies
+  // first). Python rounds the exact binary value of x half to even, while toFixed rounds halves
+  // up (0.0625 GiB: Python 0.062, toFixed 0.063), so write x = num / den exactly (den a power
+  // of two) and round with integers.
+  function fixed(x, d) {
+    let num = x;
+    let den = 1n;
+    while (!Number.isInteger(num)) {
+      num *= 2; // exact: only the exponent changes
+      den *= 2n;
+    }
+    const scaled = big(num) * 10n ** big(d);
+    let q = scaled / den;
+    const twiceRest = 2n * (scaled % den);
+    if (twiceRest > den || (twiceRest === den && q % 2n === 1n)) q += 1n;
+    const s = q.toString().padStart(d + 1, "0");
+    return d ? group(s.slice(0, -d)) + "." + s.slice(-d) : group(s);
+  }
+
+  // kvlib.sizing's bytes display: f"{n:,} B ({n / GiB:,.3f} GiB)" (n < 2**53, so Number(n) is exact).
+  const bytesText = (n) => `${group(n.toString())} B (${fixed(Number(n) / GiB, 3)} GiB)`;
+
+  // repr() of a Python float in the error messages: 80 -> "80.0".
+  const floatRepr = (x) => (Number.isInteger(x) ? x.toFixed(1) : String(x));
+
+  // ---------------------------------------------------------------- the answer (kvlib.webcalc.answer_rows)
+
+  // An integer input as kvlib's _check_int wants it; `limit` mirrors the form's max attribute.
+  function integer(key, raw, limit) {
+    const value = Number(raw);
+    if (raw.trim() === "" || !Number.isInteger(value) || value < 1) {
+      throw new Error(`${key} must be an integer >= 1, not ${raw.trim() || "empty"}`);
+    }
+    if (limit && value > limit) throw new Error(`${key} must be at most ${group(String(limit))} here`);
+    return value;
+  }
+
+  function gibibytes(key, raw, limit) {
+    const value = Number(raw);
+    if (raw.trim() === "" || !Number.isFinite(value)) throw new Error(`${key} must be a number of GiB, not ${raw.trim() || "empty"}`);
+    if (limit && value > limit) throw new Error(`${key} must be at most ${group(String(limit))} GiB here`);
+    return value;
+  }
+
+  // Rows [key, label, text] for inputs given as the form's strings; throws an Error with kvlib's message.
+  function rows(input, limits = {}) {
+    const gpuGib = gibibytes("GPU memory", input.gpu_gib, limits.gpu_gib);
+    const overheadGib = gibibytes("overhead", input.overhead_gib, limits.overhead_gib);
+    if (!(gpuGib > 0) || overheadGib < 0) {
+      throw new Error(`GPU memory must be positive and overhead non-negative, not ${floatRepr(gpuGib)} and ${floatRepr(overheadGib)} GiB`);
+    }
+    const m = models[input.model];
+    const kv = catalog.kv_dtypes[input.kv_dtype];
+    const weightDtype = catalog.kv_dtypes[input.weight_dtype];
+    if (!m || !kv || !weightDtype) throw new Error("choose a model, a KV dtype and a weight dtype from the lists");
+    const context = integer("context", input.context);
+    if (context > m.max_context) {
+      throw new Error(`context ${group(String(context))} exceeds ${m.name}'s maximum of ${group(String(m.max_context))} tokens`);
+    }
+    const batch = integer("batch", input.batch, limits.batch);
+
+    const gpu = big(Math.trunc(gpuGib * GiB)); // int(gpu_gib * GiB)
+    const overhead = big(Math.trunc(overheadGib * GiB));
+    const weights = weightBytes(m.num_parameters, weightDtype);
+    const one = cacheSize(m, context, 1, kv);
+    const perSequence = one.self + one.cross;
+    const cache = cacheBytes(m, context, batch, kv);
+    const free = gpu - weights - overhead;
+    const used = weights + overhead + cache;
+    const fraction = Number(used) / Number(gpu); // exact operands, so rounded as Python's int / int
+    const layer = tokenLayerBytes(m, kv);
+    const n = m.attention_layers.length;
+    const cross = one.cross ? `, of which ${group(one.cross.toString())} B cross-attention` : "";
+    return [
+      ["per_token", "per token", `${group((big(n) * layer).toString())} B = ${n} attention layers x ${group(layer.toString())} B`],
+      ["per_sequence", "one sequence", `${bytesText(perSequence)} at ${group(String(context))} tokens${cross}`],
+      ["batch", "the batch", `${bytesText(cache)} for ${group(String(batch))} sequences`],
+      ["weights", "weights", `${bytesText(weights)} (${weightDtype.name})`],
+      ["gpu_share", "GPU memory", `${fixed(fraction * 100, 1)}% used: ${used <= gpu ? "fits" : "does NOT fit"}`],
+      ["max_batch", "max batch", `${group(maxBatch(free, perSequence).toString())} sequences of ${group(String(context))} tokens`],
+      ["max_context", "max context", `${group(String(maxContext(m, batch, free, kv)))} tokens at batch ${group(String(batch))} (model maximum ${group(String(m.max_context))})`],
+    ];
+  }
+
+  // ---------------------------------------------------------------- the page
+
+  const form = root.querySelector("form");
+  const table = root.querySelector(".kvcalc-answer");
+  const error = root.querySelector(".kvcalc-error");
+  const limits = {};
+  for (const name of ["batch", "gpu_gib", "overhead_gib"]) limits[name] = Number(form.elements[name].max) || 0;
+
+  function update() {
+    const input = {};
+    for (const element of form.elements) if (element.name) input[element.name] = element.value;
+    let answer;
+    try {
+      answer = rows(input, limits);
+    } catch (problem) {
+      error.textContent = problem.message;
+      table.hidden = true;
+      return;
+    }
+    error.textContent = "";
+    table.hidden = false;
+    table.tBodies[0].replaceChildren(...answer.map(([key, label, text]) => {
+      const tr = document.createElement("tr");
+      tr.dataset.out = key;
+      tr.append(document.createElement("th"), document.createElement("td"));
+      tr.cells[0].textContent = label;
+      tr.cells[1].textContent = text;
+      return tr;
+    }));
+  }
+
+  form.addEventListener("input", update);
+  form.addEventListener("change", update);
+  form.addEventListener("submit", (event) => event.preventDefault());
+  root.kvcalcRows = (input) => rows(input, limits); // for the browser tests
+  update();
+  root.dataset.ready = "true";
+})();
