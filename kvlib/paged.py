@@ -134,6 +134,9 @@ class BlockManager:
     def token_ids(self, seq_id: int) -> list[int]:
         return list(self._get(seq_id).token_ids)
 
+    def num_tokens(self, seq_id: int) -> int:
+        return len(self._get(seq_id).token_ids)
+
     def num_computed(self, seq_id: int) -> int:
         return self._get(seq_id).num_computed
 

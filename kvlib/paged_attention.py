@@ -139,7 +139,7 @@ class PagedKVCache:
         manager, device = self.manager, self.k.device
         starts, slots = [], []
         for seq_id in self._batch:
-            start, length = manager.num_computed(seq_id), len(manager.token_ids(seq_id))
+            start, length = manager.num_computed(seq_id), manager.num_tokens(seq_id)
             if length - start != num_new:
                 raise KVLibError(
                     f"sequence {seq_id} has {length - start} tokens without K/V, but the model was given {num_new}"

@@ -70,7 +70,7 @@ def test_append_takes_a_new_block_only_when_the_last_is_full():
     slot = manager.append_slot(0, 8)  # needs a second block
     table = manager.block_table(0)
     assert len(table) == 2 and slot == table[1] * 4
-    assert manager.token_ids(0) == [0, 1, 2, 7, 8]
+    assert manager.token_ids(0) == [0, 1, 2, 7, 8] and manager.num_tokens(0) == 5
 
 
 def test_append_reports_running_out():

@@ -5,7 +5,7 @@ kvlib.paged_measure)."""
 import pytest
 import torch
 
-from kvlib import KVLibError
+from kvlib import KVLibError, paged_measure
 from kvlib.generate import generate
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged_attention import PagedKVCache, decode_branches, generate_paged
@@ -143,3 +143,31 @@ def test_decode_timing_rows_have_both_times():
     assert torch.get_num_threads() == threads  # the one-thread timing restores the setting
     assert [(r["length"], r["block_size"]) for r in rows] == [(32, 4), (32, 8)]
     assert all(r["contiguous_ms"] > 0 and r["paged_ms"] > 0 and r["ratio"] > 0 for r in rows)
+
+
+def test_tokens_identical_is_true_for_the_paged_cache():
+    assert paged_measure.tokens_identical(block_sizes=(1, 16), prompt_lens=(3, 9), num_new=4) is True
+
+
+def test_chapter_3_figures_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvlib.paged import BlockManager
+    from kvlib.plotting import draw_block_tables, draw_kernel_overhead, draw_memory_waste
+
+    manager = BlockManager(num_blocks=6, block_size=4)
+    manager.allocate(0, list(range(6)))
+    manager.mark_computed(0)
+    before = manager.snapshot()
+    manager.fork(0, 1)
+    fig = draw_block_tables([("before", before), ("after", manager.snapshot())])
+    assert len(fig.axes) == 2
+    fig2 = draw_memory_waste({"contiguous": (1.0, 3.0), "paged": (1.0, 0.1)})
+    rows = [dict(length=n, block_size=bs, ratio=1.5) for n in (8, 16) for bs in (4, 8)]
+    fig3 = draw_kernel_overhead(rows)
+    assert len(fig3.axes[0].lines) == 3  # one line per length, and the line at 1
+    for f in (fig, fig2, fig3):
+        plt.close(f)
