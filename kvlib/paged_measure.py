@@ -4,7 +4,6 @@ that contiguous reservation wastes, and ``bench()`` for ``python -m kvlib bench`
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -12,6 +11,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention
+from kvlib.decode import torch_threads
 from kvlib.measure import pick_device, time_it
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import BlockManager
@@ -110,7 +110,7 @@ def time_decode_attention(
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
     rows = []
-    with _one_cpu_thread(device):
+    with torch_threads(1 if device.type == "cpu" else None):
         for length in sizes.lengths:
             for block_size in block_sizes:
                 case = random_decode_case(
@@ -126,17 +126,6 @@ def time_decode_attention(
                                  paged_ms=paged_s * 1e3, ratio=paged_s / contiguous_s))
                 del case, k, v
     return rows
-
-
-@contextmanager
-def _one_cpu_thread(device):
-    previous = torch.get_num_threads()
-    if torch.device(device).type == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def tokens_identical(block_sizes: Sequence[int] = (1, 16, 64), prompt_lens: Sequence[int] = (3, 17, 40), num_new: int = 12) -> bool:

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvlib.attention import grouped_attention
+from kvlib.decode import torch_threads
 from kvlib.model import ModelConfig
 from kvlib.paged_attention import PagedKVCache
 from kvlib.paged_measure import paged_vs_contiguous_error, random_decode_case
@@ -38,10 +39,8 @@ TOKENS = st.lists(st.integers(0, 2), min_size=1, max_size=10)
 @pytest.fixture(autouse=True)
 def one_thread():
     """Thousands of tiny tensor operations: a second thread only adds synchronisation."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with torch_threads(1):
+        yield
 
 
 @lru_cache(maxsize=None)

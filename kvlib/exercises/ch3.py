@@ -7,6 +7,7 @@ and recognises the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
+from kvlib.exercises.ch2 import _numeric  # the same tolerant comparison as chapter 2
 from kvlib.paged import BlockManager
 from kvlib.sizing import bytes_per_token, catalog_entry
 
@@ -14,18 +15,6 @@ LENGTHS = (1000, 37, 16, 1)  # the four requests of exercises 3.1-3.3
 BLOCK_SIZE = 16
 MAX_LEN = 2048
 MiB = 2**20
-
-
-def _numeric(answer, expected: float, mistakes: dict, rel: float = 1e-3, what: str = "it") -> str | None:
-    """None if ``answer`` is within ``rel`` of ``expected``; else the hint of a known mistake, or a general one."""
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        return f"answer with a number, not {type(answer).__name__}"
-    if abs(answer - expected) <= rel * abs(expected):
-        return None
-    for value, hint in mistakes.items():
-        if abs(answer - value) <= rel * max(abs(value), 1e-9):
-            return hint
-    return f"not quite: recompute {what} step by step"
 
 
 def _blocks_used(lengths, block_size: int = BLOCK_SIZE) -> int:
@@ -72,7 +61,7 @@ def check_3_2(answer):
         expected * 2: "fp16 takes 2 bytes per value, not 4",
         expected * MiB / 1e6: "that is in MB of 10^6 bytes; answer in MiB (2^20 bytes)",
         len(LENGTHS) * (BLOCK_SIZE - 1) / 2 * per_token / MiB: "that is the expected waste (half a block per request); count the real empty slots",
-    }, what="(blocks x 16 - tokens) x bytes per token")
+    }, rel=1e-3, what="(blocks x 16 - tokens) x bytes per token")
 
 
 # ---- 3.3 what reserving the maximum length wastes
@@ -90,7 +79,7 @@ def check_3_3(answer):
         used / reserved: "that is the fraction holding tokens; the question asks for the empty fraction",
         100 * expected: "give a fraction between 0 and 1, not a percentage",
         1 - used / (len(LENGTHS) * max(LENGTHS)): "every request reserves the model's maximum length (2,048), not the longest request",
-    }, what="1 - tokens / (requests x 2,048)")
+    }, rel=1e-3, what="1 - tokens / (requests x 2,048)")
 
 
 # ---- 3.4 fork and copy-on-write
