@@ -51,6 +51,22 @@ class ContiguousKVCache:
         return grouped_attention(q, self.k[layer, :, :, :end], self.v[layer, :, :, :end], q_start=start)
 
 
+def kv_bytes_per_token(config: ModelConfig, dtype=torch.float32) -> int:
+    """Bytes one token's K and V take in every layer: 2 x layers x kv_heads x head_dim x element size."""
+    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def concat_bytes_copied(config: ModelConfig, num_steps: int, batch_size: int = 1, prompt_len: int = 1, dtype=torch.float32) -> int:
+    """Bytes a :class:`ConcatKVCache` copies while generating ``num_steps`` tokens after a prompt.
+
+    The first step stores the prompt's K and V (no copy); every later step builds new
+    tensors one token longer and copies the whole cache into them: prompt_len + 1,
+    prompt_len + 2, ... tokens, a total that grows with the square of the length.
+    """
+    lengths = range(prompt_len + 1, prompt_len + num_steps)
+    return batch_size * kv_bytes_per_token(config, dtype) * sum(lengths)
+
+
 class ConcatKVCache:
     """K and V of every layer grown with ``torch.cat`` at every step (copies the whole cache each time).
 

@@ -79,12 +79,33 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
-def rotary_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the rotary angles for (batch, seq) positions: each (batch, 1, seq, head_dim)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+def rotary_inv_freq(head_dim: int, theta: float, device=None) -> torch.Tensor:
+    """Angular speed of each of the head_dim / 2 rotated pairs (Llama's default RoPE), float32."""
+    return 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
+
+
+def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles for (batch, seq) positions: each (batch, 1, seq, head_dim).
+
+    The angles are float32 whatever the model's dtype, as in transformers: in 16 bits, the
+    angle of a position in the thousands would already be off by a large fraction of a turn.
+    """
     angles = positions.float()[..., None] * inv_freq  # (batch, seq, head_dim / 2)
     angles = torch.cat([angles, angles], dim=-1)[:, None]  # (batch, 1, seq, head_dim)
     return angles.cos(), angles.sin()
+
+
+def new_token_rotary(tokens: torch.Tensor, cache: KVCache | None, config: ModelConfig):
+    """cos and sin for the tokens (batch, seq) of a forward pass: at the positions the cache
+    gives them, or at 0 .. seq-1 when there is no cache and the tokens are the whole sequence."""
+    batch, seq = tokens.shape
+    if cache is None:
+        if seq > config.max_seq_len:
+            raise KVLibError(f"sequence of {seq} tokens is longer than max_seq_len ({config.max_seq_len})")
+        positions = torch.arange(seq, device=tokens.device).expand(batch, seq)
+    else:
+        positions = cache.prepare(seq)
+    return rotary_cos_sin(positions, rotary_inv_freq(config.head_dim, config.rope_theta, tokens.device))
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -150,21 +171,18 @@ class TinyLlama(nn.Module):
             self.norm = RMSNorm(config.d_model, config.norm_eps)
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """tokens (batch, seq) -> logits (batch, seq, vocab).
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+        """tokens (batch, seq) -> logits (batch, seq, vocab), or (batch, 1, vocab) if ``last_only``.
 
         Without a cache the tokens are the whole sequence from position 0; with one they
-        are the next tokens of the sequences the cache holds.
+        are the next tokens of the sequences the cache holds. Generation needs only the
+        last position's logits (``last_only``), which spares the output projection of
+        every earlier position, as ``transformers`` does with ``logits_to_keep``.
         """
-        batch, seq = tokens.shape
-        if cache is None:
-            if seq > self.config.max_seq_len:
-                raise KVLibError(f"sequence of {seq} tokens is longer than max_seq_len ({self.config.max_seq_len})")
-            positions = torch.arange(seq, device=tokens.device).expand(batch, seq)
-        else:
-            positions = cache.prepare(seq)
-        cos, sin = rotary_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+        cos, sin = new_token_rotary(tokens, cache, self.config)
         x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.layers):
             x = block(x, cos, sin, i, cache)
+        if last_only:
+            x = x[:, -1:]
         return self.lm_head(self.norm(x))
