@@ -1,0 +1,60 @@
+"""FLOP counts, the step-time fit and the growth exponent (kvlib.costmodel)."""
+
+import numpy as np
+import pytest
+
+from kvlib import KVLibError
+from kvlib.costmodel import PARTS, fit_step_time, flop_ratio, forward_flops, growth_exponent, step_flops
+from kvlib.model import ModelConfig
+
+TINY = ModelConfig(vocab_size=10, d_model=8, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=12)
+
+
+def test_forward_flops_by_hand():
+    # head_dim 2: q width 8, kv width 4. One layer, 5 new tokens over 7 keys, times 3 layers.
+    flops = forward_flops(TINY, num_new=5, num_keys=7)
+    assert set(flops) == set(PARTS)
+    assert flops["kv_proj"] == 3 * 2 * 5 * 8 * (4 + 4)
+    assert flops["qo_proj"] == 3 * 2 * 5 * (8 * 8 + 8 * 8)
+    assert flops["attention"] == 3 * 2 * 2 * 4 * 2 * 5 * 7
+    assert flops["mlp"] == 3 * 2 * 5 * 3 * 8 * 12
+    assert flops["lm_head"] == 2 * 8 * 10
+    assert forward_flops(TINY, 5, 7, batch=4)["mlp"] == 4 * flops["mlp"]
+
+
+def test_steps_with_a_cache_process_one_token():
+    uncached, cached = step_flops(TINY, 6, cached=False), step_flops(TINY, 6, cached=True)
+    assert uncached[0] == cached[0]  # the first step reads the 1-token prompt either way
+    assert cached[3] == sum(forward_flops(TINY, 1, 4).values())
+    assert uncached[3] == sum(forward_flops(TINY, 4, 4).values())
+    assert np.all(np.diff(uncached) > 0)
+
+
+def test_flop_ratio_grows_like_half_the_length():
+    config = ModelConfig()
+    assert 0.4 * 400 < flop_ratio(config, 400) < 0.6 * 400
+    assert flop_ratio(config, 800) > 1.9 * flop_ratio(config, 400)
+
+
+def test_fit_step_time_recovers_known_constants():
+    flops = np.concatenate([np.full(50, 1e6), np.linspace(1e6, 1e9, 50)])
+    seconds = 2e-3 + flops / 5e10
+    model = fit_step_time(flops, seconds)
+    assert model.overhead_s == pytest.approx(2e-3, rel=1e-6)
+    assert model.flops_per_s == pytest.approx(5e10, rel=1e-6)
+    assert model.speedup(np.array([1e9]), np.array([1e6])) == pytest.approx((2e-3 + 0.02) / (2e-3 + 2e-5))
+
+
+def test_fit_step_time_rejects_unusable_data():
+    with pytest.raises(KVLibError, match="different FLOPs"):
+        fit_step_time(np.ones(5), np.ones(5))
+    with pytest.raises(KVLibError, match="do not grow"):
+        fit_step_time(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0]))
+
+
+def test_growth_exponent():
+    n = np.array([100, 200, 400, 800])
+    assert growth_exponent(n, 3e-6 * n**2) == pytest.approx(2.0)
+    assert growth_exponent(n, 1e-3 * n) == pytest.approx(1.0)
+    with pytest.raises(KVLibError):
+        growth_exponent([100], [1.0])
