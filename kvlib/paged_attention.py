@@ -26,21 +26,47 @@ from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import Allocation, BlockManager, BlockSnapshot
 
 
-def gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
+class GatherBuffer:
+    """Memory that :func:`gather_blocks` reuses from call to call, grown when a call needs more.
+
+    A kernel that allocates a fresh multi-MiB tensor at every decode step makes a CPU's
+    operating system hand out (and zero-fill) new pages each time, which can cost more than
+    the copy itself. GPU allocators cache memory, but reuse does no harm there.
+    """
+
+    def __init__(self):
+        self._memory: torch.Tensor | None = None
+
+    def view(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """A contiguous tensor of ``shape`` with ``like``'s dtype and device, backed by the buffer."""
+        numel = math.prod(shape)
+        memory = self._memory
+        if memory is None or memory.numel() < numel or memory.dtype != like.dtype or memory.device != like.device:
+            memory = self._memory = torch.empty(numel, dtype=like.dtype, device=like.device)
+        return memory[:numel].view(shape)
+
+
+def gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor, buffer: GatherBuffer | None = None) -> torch.Tensor:
     """Read whole blocks of one layer's pool in block-table order (one gather, one copy).
 
     cache: (num_blocks, block_size, num_kv_heads, head_dim); block_tables: (batch, max_blocks)
     returns: (batch, max_blocks * block_size, num_kv_heads, head_dim): row j of a sequence holds
-    its token j (rows past a sequence's length hold whatever their block holds).
+    its token j (rows past a sequence's length hold whatever their block holds). With a
+    ``buffer``, the result lives in it (and is overwritten by the buffer's next use).
     """
     batch, max_blocks = block_tables.shape
     _, block_size, num_kv_heads, head_dim = cache.shape
-    blocks = cache.index_select(0, block_tables.flatten())  # (batch * max_blocks, block_size, kv_heads, head_dim)
+    index = block_tables.flatten()
+    if buffer is None:
+        blocks = cache.index_select(0, index)  # (batch * max_blocks, block_size, kv_heads, head_dim)
+    else:
+        blocks = torch.index_select(cache, 0, index, out=buffer.view((index.numel(), *cache.shape[1:]), cache))
     return blocks.view(batch, max_blocks * block_size, num_kv_heads, head_dim)
 
 
 def paged_attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
+    buffers: tuple[GatherBuffer, GatherBuffer] | None = None,
 ) -> torch.Tensor:
     """Attention of each sequence's newest queries over its keys and values stored in blocks.
 
@@ -48,6 +74,7 @@ def paged_attention(
     k_cache, v_cache: (num_blocks, block_size, num_kv_heads, head_dim), one layer's pool
     block_tables: (batch, max_blocks) int64, padded with any valid block id
     seq_lens: (batch,) tokens stored per sequence, the new ones included; they may differ
+    buffers: optional reusable memory for the gathered K and V (see :class:`GatherBuffer`)
     returns: (batch, num_heads, num_new, head_dim)
 
     The blocks are gathered once in the pool's own token-major layout. Each K/V head then
@@ -58,10 +85,16 @@ def paged_attention(
     """
     batch, num_heads, num_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
+    if not block_tables.shape[0] == seq_lens.shape[0] == batch:
+        raise KVLibError(f"batch sizes differ: q {batch}, block_tables {block_tables.shape[0]}, seq_lens {seq_lens.shape[0]}")
+    if num_heads % num_kv_heads or k_cache.shape[3] != head_dim:
+        raise KVLibError(f"q has {num_heads} heads of {head_dim}; the cache {num_kv_heads} KV heads of {k_cache.shape[3]}")
     group = num_heads // num_kv_heads
     max_blocks = -(-int(seq_lens.max()) // k_cache.shape[1])  # read no more blocks than the longest needs
     tables = block_tables[:, :max_blocks]
-    k, v = gather_blocks(k_cache, tables), gather_blocks(v_cache, tables)  # (batch, keys, kv_heads, head_dim)
+    k_buffer, v_buffer = buffers or (None, None)
+    k = gather_blocks(k_cache, tables, k_buffer)  # (batch, keys, kv_heads, head_dim)
+    v = gather_blocks(v_cache, tables, v_buffer)
     q = q.reshape(batch, num_kv_heads, group * num_new, head_dim)  # each group's queries as rows
     scores = torch.stack([q[:, h] @ k[:, :, h].transpose(1, 2) for h in range(num_kv_heads)], dim=1)
     scores = scores.view(batch, num_kv_heads, group, num_new, k.shape[1]) / math.sqrt(head_dim)
@@ -99,6 +132,7 @@ class PagedKVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.num_layers = config.num_layers
+        self._buffers = (GatherBuffer(), GatherBuffer())  # shared by all layers: they run one after another
         self._batch: list[int] = []
         self._step: dict = {}
 
@@ -169,7 +203,7 @@ class PagedKVCache:
         flat = (-1, num_kv_heads, head_dim)  # the pool as one row per slot: (num_blocks * block_size, kv_heads, head_dim)
         self.k[layer].view(flat)[step["slot_mapping"]] = k.transpose(1, 2).reshape(flat)
         self.v[layer].view(flat)[step["slot_mapping"]] = v.transpose(1, 2).reshape(flat)
-        out = paged_attention(q, self.k[layer], self.v[layer], step["block_tables"], step["seq_lens"])
+        out = paged_attention(q, self.k[layer], self.v[layer], step["block_tables"], step["seq_lens"], self._buffers)
         if layer == self.num_layers - 1:  # the forward pass is complete: these K/V now exist
             for seq_id in self._batch:
                 self.manager.mark_computed(seq_id)

@@ -15,7 +15,7 @@ from kvlib.decode import torch_threads
 from kvlib.measure import pick_device, time_it
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import BlockManager
-from kvlib.paged_attention import generate_paged, paged_attention
+from kvlib.paged_attention import GatherBuffer, generate_paged, paged_attention
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,13 @@ def time_decode_attention(
                 )
                 k, v = torch.cat(case.k), torch.cat(case.v)  # (batch, kv_heads, length, head_dim)
                 contiguous = lambda: grouped_attention(case.q, k, v, length - 1)  # noqa: E731
-                paged = lambda: paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)  # noqa: E731
+                buffers = (GatherBuffer(), GatherBuffer())
+                paged = lambda: paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers)  # noqa: E731
                 contiguous_s = time_it(contiguous, repeats=repeats, warmup=2, device=device).min_s
                 paged_s = time_it(paged, repeats=repeats, warmup=2, device=device).min_s
                 rows.append(dict(length=length, block_size=block_size, contiguous_ms=contiguous_s * 1e3,
                                  paged_ms=paged_s * 1e3, ratio=paged_s / contiguous_s))
-                del case, k, v
+                del case, k, v, buffers
     return rows
 
 

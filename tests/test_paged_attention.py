@@ -171,3 +171,30 @@ def test_chapter_3_figures_draw():
     assert len(fig3.axes[0].lines) == 3  # one line per length, and the line at 1
     for f in (fig, fig2, fig3):
         plt.close(f)
+
+
+def test_gather_buffer_is_reused_and_gives_the_same_result():
+    from kvlib.paged_attention import GatherBuffer, paged_attention
+
+    case = random_decode_case([5, 40, 17], 8, 8, 2, head_dim=16, seed=3)
+    buffers = (GatherBuffer(), GatherBuffer())
+    plain = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
+    first = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers)
+    memory = buffers[0]._memory
+    second = paged_attention(case.q[:1], case.k_cache, case.v_cache, case.block_tables[:1], case.seq_lens[:1], buffers)
+    assert torch.equal(plain, first) and torch.allclose(second, plain[:1], atol=ATOL)
+    assert buffers[0]._memory is memory  # a smaller call reuses the memory
+    half = buffers[0].view((4, 2), torch.zeros(1, dtype=torch.float16))
+    assert half.dtype == torch.float16 and buffers[0]._memory is not memory  # another dtype gets new memory
+
+
+def test_paged_attention_rejects_mismatched_shapes():
+    from kvlib.paged_attention import paged_attention
+
+    case = random_decode_case([5, 9], 4, 8, 2, head_dim=16)
+    with pytest.raises(KVLibError, match="batch sizes differ"):
+        paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables[:1], case.seq_lens[:1])
+    with pytest.raises(KVLibError, match="KV heads"):
+        paged_attention(case.q[:, :3], case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
+    with pytest.raises(KVLibError, match="KV heads"):
+        paged_attention(case.q[..., :8], case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
