@@ -1,0 +1,327 @@
+"""Chapter 1's measurement: greedy decoding with and without a KV cache, step by step.
+
+:func:`race` runs several :class:`~kvlib.generate.Decoder` modes side by side on the same
+prompt. At every step each mode generates its next token and the step is timed with
+:func:`~kvlib.measure.time_it`; the modes take turns going first, so a burst of load
+from other programs falls on both. One run to N tokens gives the totals for every
+shorter length too (the first n steps of a greedy run do not depend on N), the
+per-token latency at every position, and a check that every mode chose the same
+tokens from logits that agree to rounding error.
+
+Sizes depend on the device (:func:`nocache_setup`); the chapter explains the choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from kvlib import KVLibError
+from kvlib.cache import ConcatKVCache, ContiguousKVCache
+from kvlib.decode import torch_threads  # chapter 2's: run a block on n torch threads
+from kvlib.generate import MODES, Decoder, generate
+from kvlib.measure import Timing, pick_device, time_it
+from kvlib.model import ModelConfig, TinyLlama
+
+
+@dataclass(frozen=True)
+class NoCacheSetup:
+    """Model and lengths of chapter 1's measurement on one device, with the claim it supports."""
+
+    device: torch.device
+    config: ModelConfig
+    batch: int
+    race_length: int  # every step of both ways is timed up to this many generated tokens
+    pass_lengths: tuple[int, ...]  # beyond it, no-cache passes are timed at these lengths only
+    lengths: tuple[int, ...]  # generated tokens at which totals are reported
+    claim_length: int  # the speedup at this many tokens must be at least ...
+    claim_speedup: float  # ... this (the article's 6.0x at 400 tokens, on the CPU)
+    trap_lengths: tuple[int, ...]  # cache lengths at which the concatenation trap is timed
+    hf_length: int  # tokens generated in the comparison with transformers
+    threads: int | None  # torch threads while timing (None: leave torch's setting)
+    tokens_must_match: bool  # whether the timed runs must choose identical tokens (see nocache_setup)
+
+    @property
+    def longest(self) -> int:
+        return max(self.lengths)
+
+    def prompt(self) -> torch.Tensor:
+        """One start token per sequence (token ids 0, 1, ...), like the article's runs from nothing."""
+        return torch.arange(self.batch, device=self.device)[:, None]  # (batch, 1)
+
+    def model(self) -> TinyLlama:
+        """The seeded model on this setup's device (weights are drawn on the CPU, so every device gets the same)."""
+        return TinyLlama(self.config).eval().to(self.device)
+
+
+# CPU: one sequence; 2 layers of width 384 (6 query heads sharing 2 K/V heads): 400 tokens
+# without a cache take a few seconds, and a cached step (about a millisecond) is mostly
+# the fixed cost of ~200 small operations and of reading 13.5 MiB of weights.
+CPU_CONFIG = ModelConfig(d_model=384, num_layers=2, num_heads=6, num_kv_heads=2, d_ff=1024)
+# GPU: a cached step of a tiny model costs the launch time of its ~200 kernels whatever the
+# width, so the model is wider and decodes 16 sequences at once: a pass without a cache is
+# then bound by arithmetic (as it is for real models) and the cached step still by launches.
+GPU_CONFIG = ModelConfig(d_model=2048, num_layers=2, num_heads=16, num_kv_heads=4, d_ff=5504)
+
+
+def nocache_setup(device: torch.device | str | None = None) -> NoCacheSetup:
+    """Per-device sizes. The CPU claims the article's 6.0x at 400 tokens, the GPU the same at 800.
+
+    On the CPU the timed runs must choose identical tokens: the chapter's model keeps its
+    best two logits at least 1e-3 apart along the run, a thousand times the rounding
+    differences between the ways (tested). A GPU batch of 16 random sequences is likely
+    to hit a near-tie somewhere, where rounding may pick the other token; the timing does
+    not depend on which, and the chapter checks identical tokens on one sequence instead.
+    """
+    device = pick_device() if device is None else torch.device(device)
+    if device.type == "cuda":
+        return NoCacheSetup(device, GPU_CONFIG, batch=16, race_length=800, pass_lengths=(), lengths=(100, 200, 400, 800),
+                            claim_length=800, claim_speedup=6.0, trap_lengths=(256, 512, 1024, 2048, 4096, 8192),
+                            hf_length=100, threads=None, tokens_must_match=False)
+    return NoCacheSetup(device, CPU_CONFIG, batch=1, race_length=400, pass_lengths=(500, 600, 700, 800, 1000, 1200, 1400, 1600),
+                        lengths=(100, 200, 400, 800, 1600), claim_length=400, claim_speedup=6.0,
+                        trap_lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), hf_length=100, threads=1,
+                        tokens_must_match=True)
+
+
+@dataclass
+class Race:
+    """Outcome of :func:`race`: per-step seconds, tokens and agreement of each mode."""
+
+    modes: tuple[str, ...]
+    step_s: dict[str, np.ndarray]  # mode -> (num_new,) seconds of each step
+    tokens: dict[str, torch.Tensor]  # mode -> (batch, prompt_len + num_new)
+    max_logit_diff: dict[str, float]  # mode -> largest |logits - first mode's logits| over all steps
+    min_gap: float  # smallest (best - second best) logit of the first mode over all steps
+    cache_bytes: dict[str, np.ndarray] = field(default_factory=dict)  # mode -> bytes its cache holds after each step
+    bytes_copied: dict[str, np.ndarray] = field(default_factory=dict)  # mode -> bytes its cache has copied so far
+
+    @property
+    def num_new(self) -> int:
+        return len(self.step_s[self.modes[0]])
+
+    def total_s(self, mode: str, n: int) -> float:
+        """Seconds that ``mode`` took to generate the first ``n`` tokens."""
+        if not 1 <= n <= self.num_new:
+            raise KVLibError(f"n must be between 1 and {self.num_new} (the tokens raced), not {n}")
+        return float(self.step_s[mode][:n].sum())
+
+    def speedup(self, n: int, slow: str = "none", fast: str = "cache") -> float:
+        return self.total_s(slow, n) / self.total_s(fast, n)
+
+    @property
+    def tokens_identical(self) -> bool:
+        first = self.tokens[self.modes[0]]
+        return all(torch.equal(first, self.tokens[m]) for m in self.modes[1:])
+
+
+def race(model: TinyLlama, prompt: torch.Tensor, num_new: int, modes=("none", "cache"), warmup: int = 4) -> Race:
+    """Generate ``num_new`` tokens in every mode, in lockstep, timing each step of each mode.
+
+    ``warmup`` untimed steps of every mode run first (on a copy of the race), so that the
+    first timed step does not pay for memory allocation and library start-up.
+    """
+    modes = tuple(modes)
+    if not modes or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
+        raise KVLibError(f"modes must be distinct names among {', '.join(MODES)}, not {modes!r}")
+    if warmup:
+        for decoder in [Decoder(model, prompt, warmup, mode) for mode in modes]:
+            for _ in range(warmup):
+                decoder.step()
+    decoders = [Decoder(model, prompt, num_new, mode) for mode in modes]
+    step_s = {mode: np.zeros(num_new) for mode in modes}
+    cache_bytes = {m: np.zeros(num_new, dtype=np.int64) for m in modes if m != "none"}
+    bytes_copied = {m: np.zeros(num_new, dtype=np.int64) for m in modes if m == "concat"}
+    max_diff = {mode: torch.zeros((), device=prompt.device) for mode in modes}
+    min_gap = torch.full((), float("inf"), device=prompt.device)
+    for step in range(num_new):
+        order = range(len(modes)) if step % 2 == 0 else reversed(range(len(modes)))
+        logits = [None] * len(modes)
+        for i in order:
+            out = {}
+            timing = time_it(lambda d=decoders[i]: out.update(logits=d.step()), repeats=1, warmup=0, device=prompt.device)
+            step_s[modes[i]][step] = timing.median_s
+            logits[i] = out["logits"]
+        top2 = logits[0].topk(2, dim=-1).values  # (batch, 2)
+        min_gap = torch.minimum(min_gap, (top2[:, 0] - top2[:, 1]).min())
+        for i, mode in enumerate(modes):
+            max_diff[mode] = torch.maximum(max_diff[mode], (logits[i] - logits[0]).abs().max())
+            if mode in cache_bytes:
+                cache_bytes[mode][step] = decoders[i].cache.num_bytes
+            if mode in bytes_copied:
+                bytes_copied[mode][step] = decoders[i].cache.bytes_copied
+    return Race(
+        modes=modes,
+        step_s=step_s,
+        tokens={mode: d.tokens for mode, d in zip(modes, decoders)},
+        max_logit_diff={mode: value.item() for mode, value in max_diff.items()},
+        min_gap=min_gap.item(),
+        cache_bytes=cache_bytes,
+        bytes_copied=bytes_copied,
+    )
+
+
+@torch.inference_mode()
+def time_passes(model: TinyLlama, tokens: torch.Tensor, lengths, device=None) -> np.ndarray:
+    """Seconds of one no-cache pass over the first t tokens, for each t in ``lengths``.
+
+    Such a pass is exactly what step t of generation without a cache runs, and it depends
+    only on the tokens so far, so it can be timed at a few lengths of a long sequence
+    instead of at every step (chapter 1 does this past 400 tokens).
+    """
+    if any(not 1 <= t <= tokens.shape[1] for t in lengths):
+        raise KVLibError(f"pass lengths must lie between 1 and {tokens.shape[1]} (the tokens given)")
+    model(tokens[:, :1], last_only=True)  # warm-up
+    return np.array([
+        time_it(lambda t=t: model(tokens[:, :t], last_only=True), repeats=1, warmup=0, device=device).median_s
+        for t in lengths
+    ])
+
+
+def estimated_total_s(step_s: np.ndarray, pass_lengths, pass_s: np.ndarray, n: int) -> float:
+    """Seconds of n no-cache steps: the measured steps, then passes interpolated between timed lengths.
+
+    ``step_s`` are measured no-cache steps 1..len(step_s); steps beyond are read off a
+    straight line between the nearest timed passes (``pass_lengths`` ascending, the last
+    at least n), starting from the median of the last measured steps.
+    """
+    measured = len(step_s)
+    if n <= measured:
+        return float(np.sum(step_s[:n]))
+    if max(pass_lengths) < n or list(pass_lengths) != sorted(pass_lengths):
+        raise KVLibError(f"pass lengths must be ascending and reach {n}")
+    lengths = np.concatenate([[measured], np.asarray(pass_lengths, dtype=np.float64)])
+    seconds = np.concatenate([[np.median(step_s[-9:])], pass_s])
+    beyond = np.interp(np.arange(measured + 1, n + 1), lengths, seconds)
+    return float(np.sum(step_s) + beyond.sum())
+
+
+@dataclass(frozen=True)
+class TrapPoint:
+    """One cache length of :func:`concat_trap`: the time of one decode step's cache work each way."""
+
+    length: int  # tokens already in the cache
+    preallocated: Timing  # prepare + attend of every layer, ContiguousKVCache
+    concat: Timing  # the same with ConcatKVCache
+    bytes_copied: int  # bytes the concatenating cache copied in one step (its own count)
+
+    @property
+    def ratio(self) -> float:
+        return self.concat.median_s / self.preallocated.median_s
+
+
+def filled_cache(kind: str, config: ModelConfig, batch: int, length: int, spare: int = 0, device=None):
+    """A ``"cache"`` (preallocated, room for ``spare`` more) or ``"concat"`` cache holding ``length`` random tokens.
+
+    It is filled the cheap way: one call per layer stores all the keys and values while a
+    single dummy query attends to them, instead of a prefill's length x length attention.
+    """
+    if kind not in ("cache", "concat"):
+        raise KVLibError(f"kind must be 'cache' or 'concat', not {kind!r}")
+    cache = ContiguousKVCache(config, batch, length + spare, device=device) if kind == "cache" else ConcatKVCache(config, device=device)
+    generator = torch.Generator(device=device).manual_seed(0)  # drawn where they are used: gigabytes on a GPU
+    cache.prepare(length)
+    q = torch.zeros(batch, config.num_heads, 1, config.head_dim, device=device)
+    shape = (batch, config.num_kv_heads, length, config.head_dim)
+    for layer in range(config.num_layers):
+        k, v = (torch.randn(shape, generator=generator, device=device) for _ in "kv")
+        cache.attend(layer, q, k, v)
+    return cache
+
+
+def concat_trap(config: ModelConfig, batch: int, lengths, device=None, repeats: int = 7, number: int = 4) -> list[TrapPoint]:
+    """Time one decode step's cache work (store a token's K, V and attend, in every layer) at each length.
+
+    The model's projections and MLP cost the same either way and are left out; what is
+    timed is what the two caches do differently. The two caches take turns, one sample
+    of ``number`` steps each, ``repeats`` times, so that both meet the same conditions.
+    Each step adds a token: a measurement at length L covers L+1 to L+1+repeats*number.
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    generator = torch.Generator().manual_seed(1)
+    q = torch.randn(batch, config.num_heads, 1, config.head_dim, generator=generator).to(device)
+    k, v = (torch.randn(batch, config.num_kv_heads, 1, config.head_dim, generator=generator).to(device) for _ in "kv")
+
+    def step(cache):
+        cache.prepare(1)
+        for layer in range(config.num_layers):
+            cache.attend(layer, q, k, v)
+
+    points = []
+    for length in lengths:
+        caches = {kind: filled_cache(kind, config, batch, length, spare=1 + repeats * number, device=device)
+                  for kind in ("cache", "concat")}
+        before = caches["concat"].bytes_copied
+        for cache in caches.values():  # warm-up step; count what the concatenating cache copies in it
+            step(cache)
+        copied = caches["concat"].bytes_copied - before
+        samples = {kind: [] for kind in caches}
+        for _ in range(repeats):
+            for kind, cache in caches.items():
+                samples[kind] += time_it(lambda cache=cache: step(cache), repeats=1, warmup=0, number=number, device=device).samples
+        timings = {kind: Timing(float(np.median(s)), min(s), max(s), tuple(s)) for kind, s in samples.items()}
+        points.append(TrapPoint(length, timings["cache"], timings["concat"], copied))
+        del caches
+    return points
+
+
+def speedup_table(result: Race, lengths, slow: str = "none", fast: str = "cache") -> list[dict]:
+    """Rows of (tokens, seconds without and with the cache, speedup) for a DataFrame."""
+    return [
+        {"tokens": n, f"{slow} (s)": result.total_s(slow, n), f"{fast} (s)": result.total_s(fast, n),
+         "speedup": result.speedup(n, slow, fast)}
+        for n in lengths
+    ]
+
+
+def bench(lengths=(400, 800)) -> dict:
+    """``python -m kvlib bench`` fields of chapter 1: speedups of the preallocated cache over no
+    cache (one full race on the real model), our cached tokens/s over transformers' cached
+    ``generate`` on the same weights, and whether every run chose the same tokens."""
+    from kvlib.hf import time_hf_generate, to_hf
+
+    setup = nocache_setup()
+    with torch_threads(setup.threads):
+        model, prompt = setup.model(), setup.prompt()
+        result = race(model, prompt, max(lengths))
+        hf_len = min(setup.hf_length, max(lengths))
+        hf = time_hf_generate(to_hf(model), prompt, hf_len, use_cache=True)
+        generate(model, prompt, 2, "cache")  # warm-up, as time_hf_generate does
+        ours = time_it(lambda: generate(model, prompt, hf_len, "cache"), repeats=3, warmup=0, device=setup.device)
+    ours_tokens_per_s = prompt.shape[0] * hf_len / ours.median_s
+    identical = result.tokens_identical and torch.equal(hf.tokens, result.tokens["cache"][:, : 1 + hf_len])
+    fields = {f"cache_speedup_{n}": round(result.speedup(n), 2) for n in lengths}
+    fields["hf_tokens_per_s_ratio"] = round(ours_tokens_per_s / hf.tokens_per_s(hf_len), 2)
+    fields["tokens_identical"] = bool(identical)
+    return fields
+
+
+def plot_step_latency(result: Race, long_cache: Race | None = None, pass_lengths=(), pass_s=()):
+    """Seconds per generated token against its position: no cache (steps, then timed passes) and cache."""
+    from kvlib.plotting import axes
+
+    fig, ax = axes("Time of each generation step", "position of the generated token", "seconds per step", logy=True)
+    steps = np.arange(1, result.num_new + 1)
+    ax.plot(steps, result.step_s["none"], lw=0.8, color="C3", label="no cache (every step)")
+    if len(pass_lengths):
+        ax.plot(pass_lengths, pass_s, "o", ms=4, color="C3", label="no cache (timed passes)")
+    cached = long_cache.step_s["cache"] if long_cache is not None else result.step_s["cache"]
+    ax.plot(np.arange(1, len(cached) + 1), cached, lw=0.8, color="C0", label="preallocated cache")
+    ax.legend()
+    return fig
+
+
+def plot_concat_trap(points: list[TrapPoint], decode_step_s: float | None = None):
+    """Cache work per decode step against cache length, both ways (log-log), beside a whole decode step."""
+    from kvlib.plotting import axes
+
+    fig, ax = axes("Growing the cache by concatenation", "tokens in the cache", "seconds per step (cache work)", logx=True, logy=True)
+    lengths = [p.length for p in points]
+    ax.plot(lengths, [p.preallocated.median_s for p in points], "o-", color="C0", label="preallocated, written in place")
+    ax.plot(lengths, [p.concat.median_s for p in points], "o-", color="C1", label="grown by torch.cat")
+    if decode_step_s is not None:
+        ax.axhline(decode_step_s, color="grey", ls=":", label="a whole cached decode step (short cache)")
+    ax.legend()
+    return fig

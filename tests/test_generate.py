@@ -1,0 +1,63 @@
+"""Step-by-step decoding (kvlib.generate.Decoder) and the chapter model's safety margin for identical tokens."""
+
+import pytest
+import torch
+
+from tests.single_thread import one_torch_thread  # noqa: F401
+from kvlib import KVLibError
+from kvlib.generate import Decoder, generate
+from kvlib.model import ModelConfig, TinyLlama
+from kvlib.decode import torch_threads
+from kvlib.nocache import CPU_CONFIG
+
+SMALL = ModelConfig(vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=96, max_seq_len=128)
+
+
+def test_last_only_returns_the_last_position_of_a_full_pass():
+    model = TinyLlama(SMALL).eval()
+    tokens = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        full, last = model(tokens), model(tokens, last_only=True)
+    assert last.shape == (2, 1, 97)
+    assert torch.allclose(full[:, -1:], last, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["none", "cache", "concat"])
+def test_decoder_steps_equal_generate(mode):
+    model = TinyLlama(SMALL).eval()
+    prompt = torch.tensor([[3, 1, 4], [1, 5, 9]])
+    decoder = Decoder(model, prompt, 6, mode)
+    logits = [decoder.step() for _ in range(6)]
+    reference = generate(model, prompt, 6, mode)
+    assert torch.equal(decoder.tokens, reference.tokens)
+    assert decoder.tokens.shape == (2, 9) and logits[0].shape == (2, 97)
+    with pytest.raises(KVLibError, match="generated them all"):
+        decoder.step()
+
+
+def test_decoder_rejects_a_prompt_that_is_not_a_tensor():
+    with pytest.raises(KVLibError, match="prompt must be"):
+        Decoder(TinyLlama(SMALL), [[1, 2]], 3)
+    with pytest.raises(KVLibError, match="num_new"):
+        Decoder(TinyLlama(SMALL), torch.zeros(1, 2, dtype=torch.long), True)
+
+
+def test_chapter_model_choices_are_far_from_ties():
+    """Identical tokens across paths are robust only if no step's best two logits nearly tie.
+
+    Over the first 80 tokens of the chapter's CPU model (the notebook checks all of its run)
+    the smallest gap between the best and second-best logit must exceed the paths' largest
+    logit difference a thousandfold (observed: gap ~6e-3, difference ~1e-6), so rounding on
+    another machine cannot flip a token.
+    """
+    model = TinyLlama(CPU_CONFIG).eval()
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    with torch_threads(1):  # a quick, steady run even when other programs share the two cores
+        cached, uncached = generate(model, prompt, 80, "cache"), generate(model, prompt, 80, "none")
+    assert torch.equal(cached.tokens, uncached.tokens)
+    logits_c, logits_n = torch.stack(cached.step_logits), torch.stack(uncached.step_logits)
+    top2 = logits_n.topk(2, dim=-1).values
+    min_gap = (top2[..., 0] - top2[..., 1]).min().item()
+    max_diff = (logits_c - logits_n).abs().max().item()
+    assert max_diff < 1e-4
+    assert min_gap > 1000 * max(max_diff, 1e-7), (min_gap, max_diff)

@@ -1,0 +1,115 @@
+"""Chapter 1's measurement helpers (kvlib.nocache): the lockstep race, sampled passes, setups, bench."""
+
+import numpy as np
+import pytest
+import torch
+
+import kvlib.nocache as nocache
+from tests.single_thread import one_torch_thread  # noqa: F401
+from kvlib import KVLibError
+from kvlib.cache import concat_bytes_copied, kv_bytes_per_token
+from kvlib.model import ModelConfig, TinyLlama
+from kvlib.nocache import (
+    Race, concat_trap, estimated_total_s, filled_cache, nocache_setup, race, speedup_table, time_passes,
+)
+
+TINY = ModelConfig(vocab_size=61, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=256)
+
+
+def test_race_runs_every_mode_to_the_same_tokens():
+    model, prompt = TinyLlama(TINY).eval(), torch.tensor([[1], [2]])
+    result = race(model, prompt, 20, modes=("none", "cache", "concat"))
+    assert result.tokens_identical and result.num_new == 20
+    assert result.tokens["none"].shape == (2, 21)
+    assert all(result.step_s[m].shape == (20,) and np.all(result.step_s[m] > 0) for m in result.modes)
+    assert result.max_logit_diff["none"] == 0.0 and result.max_logit_diff["concat"] < 1e-4
+    assert result.min_gap > 0
+    # Cache bytes are read off the tensors: the preallocated cache holds its reservation from
+    # the start, the concatenating one grows by one token per step and has copied this much.
+    assert set(result.cache_bytes["cache"]) == {2 * 21 * kv_bytes_per_token(TINY)}
+    assert list(result.cache_bytes["concat"]) == [2 * (s + 1) * kv_bytes_per_token(TINY) for s in range(20)]
+    assert result.bytes_copied["concat"][-1] == concat_bytes_copied(TINY, 20, batch_size=2)
+
+
+def test_concat_trap_times_both_caches_and_counts_the_copy():
+    points = concat_trap(TINY, batch=2, lengths=(16, 64), repeats=2, number=2)
+    assert [p.length for p in points] == [16, 64]
+    assert [p.bytes_copied for p in points] == [2 * 17 * kv_bytes_per_token(TINY), 2 * 65 * kv_bytes_per_token(TINY)]
+    assert all(p.preallocated.median_s > 0 and p.ratio > 0 for p in points)
+
+
+def test_filled_caches_hold_the_tokens_without_copying():
+    for kind in ("cache", "concat"):
+        cache = filled_cache(kind, TINY, batch=3, length=40, spare=5)
+        assert cache.length == 40
+    assert cache.bytes_copied == 0 and cache.num_bytes == 3 * 40 * kv_bytes_per_token(TINY)
+    with pytest.raises(KVLibError, match="kind"):
+        filled_cache("paged", TINY, 1, 4)
+
+
+def test_race_totals_and_speedups():
+    result = Race(("none", "cache"), {"none": np.array([1.0, 2.0, 3.0]), "cache": np.array([1.0, 1.0, 1.0])}, {}, {}, 1.0)
+    assert result.total_s("none", 2) == 3.0
+    assert result.speedup(3) == 2.0
+    assert speedup_table(result, [1, 3])[1] == {"tokens": 3, "none (s)": 6.0, "cache (s)": 3.0, "speedup": 2.0}
+    with pytest.raises(KVLibError, match="between 1 and 3"):
+        result.total_s("none", 4)
+
+
+def test_race_rejects_unknown_or_repeated_modes():
+    model = TinyLlama(TINY)
+    with pytest.raises(KVLibError, match="modes"):
+        race(model, torch.zeros(1, 1, dtype=torch.long), 3, modes=("none", "fast"))
+    with pytest.raises(KVLibError, match="modes"):
+        race(model, torch.zeros(1, 1, dtype=torch.long), 3, modes=("cache", "cache"))
+
+
+def test_passes_are_timed_and_interpolated():
+    model = TinyLlama(TINY).eval()
+    seconds = time_passes(model, torch.zeros(1, 50, dtype=torch.long), [10, 50])
+    assert seconds.shape == (2,) and np.all(seconds > 0)
+    with pytest.raises(KVLibError, match="between 1 and 50"):
+        time_passes(model, torch.zeros(1, 50, dtype=torch.long), [60])
+    steps = np.array([1.0] * 10)  # 10 measured steps of 1 s, then passes timed at 20 (3 s) and 30 (5 s)
+    assert estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 10) == 10.0
+    assert estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 20) == pytest.approx(10 + sum(1 + 0.2 * i for i in range(1, 11)))
+    with pytest.raises(KVLibError, match="reach 40"):
+        estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 40)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_setups_are_consistent(device):
+    setup = nocache_setup(device)  # a torch.device("cuda") can be named without a GPU
+    assert setup.device.type == device
+    assert setup.claim_length in setup.lengths and setup.claim_length <= setup.race_length
+    assert setup.claim_speedup >= 6.0  # the article's 6.0x
+    assert setup.longest < setup.config.max_seq_len
+    assert list(setup.trap_lengths) == sorted(setup.trap_lengths)
+    assert setup.hf_length <= setup.race_length
+    assert all(n <= setup.race_length or n <= max(setup.pass_lengths) for n in setup.lengths)
+    assert list(setup.pass_lengths) == sorted(setup.pass_lengths)
+
+
+def test_cpu_setup_runs_on_one_thread():
+    setup = nocache_setup("cpu")
+    assert setup.threads == 1 and setup.batch == 1
+    assert setup.prompt().tolist() == [[0]]
+    with nocache.torch_threads(1):
+        assert torch.get_num_threads() == 1
+
+
+def test_bench_reports_the_chapter_fields(monkeypatch):
+    tiny = nocache.NoCacheSetup(torch.device("cpu"), TINY, batch=1, race_length=16, pass_lengths=(), lengths=(8, 16),
+                                claim_length=16, claim_speedup=6.0, trap_lengths=(8,), hf_length=5, threads=1,
+                                tokens_must_match=True)
+    monkeypatch.setattr(nocache, "nocache_setup", lambda device=None: tiny)
+    fields = nocache.bench(lengths=(8, 16))  # the CLI's bench() races 800 tokens of the chapter's model
+    assert set(fields) == {"cache_speedup_8", "cache_speedup_16", "hf_tokens_per_s_ratio", "tokens_identical"}
+    assert fields["tokens_identical"] is True
+    assert fields["cache_speedup_16"] > 0 and fields["hf_tokens_per_s_ratio"] > 0
+
+
+def test_bench_default_fields_are_the_issue_s():
+    import inspect
+
+    assert inspect.signature(nocache.bench).parameters["lengths"].default == (400, 800)
