@@ -255,7 +255,7 @@ def generate_paged(
         allocations.append(allocation)
         cache.schedule([seq_id])
         uncached = torch.tensor([list(prompt)[allocation.num_cached_tokens :]], device=device)  # (1, new)
-        next_tokens.append(int(model(uncached, cache)[0, -1].argmax()))
+        next_tokens.append(int(model(uncached, cache, last_only=True)[0, -1].argmax()))
     seq_ids = list(range(len(prompts)))
     for step in range(num_new - 1):
         for seq_id, token in zip(seq_ids, next_tokens):
@@ -297,7 +297,7 @@ def decode_branches(
     cache = PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype)
     cache.manager.allocate(0, prompt)
     cache.schedule([0])
-    model(torch.tensor([list(prompt)], device=device), cache)
+    model(torch.tensor([list(prompt)], device=device), cache, last_only=True)  # only the K/V are needed
     snapshots = {"prefill": cache.manager.snapshot()}
     branches = list(range(len(first_tokens)))
     for branch in branches[1:]:
