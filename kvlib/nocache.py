@@ -80,8 +80,8 @@ def nocache_setup(device: torch.device | str | None = None) -> NoCacheSetup:
         return NoCacheSetup(device, GPU_CONFIG, batch=16, race_length=800, pass_lengths=(), lengths=(100, 200, 400, 800),
                             claim_length=800, claim_speedup=6.0, trap_lengths=(256, 512, 1024, 2048, 4096, 8192),
                             hf_length=100, threads=None, tokens_must_match=False)
-    return NoCacheSetup(device, CPU_CONFIG, batch=1, race_length=400, pass_lengths=(500, 600, 700, 800, 1000, 1200, 1400, 1600),
-                        lengths=(100, 200, 400, 800, 1600), claim_length=400, claim_speedup=6.0,
+    return NoCacheSetup(device, CPU_CONFIG, batch=1, race_length=400, pass_lengths=(500, 600, 700, 800),
+                        lengths=(100, 200, 400, 800), claim_length=400, claim_speedup=6.0,
                         trap_lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), hf_length=100, threads=1,
                         tokens_must_match=True)
 
