@@ -133,7 +133,7 @@ class HardwareReport:
             f"CPU    {self.cpu_model}, {self.num_cpus} cores, {self.ram_bytes / 2**30:.0f} GiB RAM",
             f"GPU    {gpu}",
             f"OS     {self.os}",
-            f"Python {self.python}, torch {self.torch} ({self.torch_threads} threads, BLAS {self.blas})",
+            f"Python {self.python}, torch {self.torch} ({self.torch_threads} thread{'s' if self.torch_threads != 1 else ''}, BLAS {self.blas})",
         ]
         return "\n".join(lines)
 
