@@ -184,6 +184,13 @@ class BlockManager:
         """Are there enough free blocks to hold this prompt (after prefix-cache hits)?"""
         return self._blocks_short(self._check_tokens(token_ids)) <= 0
 
+    def num_blocks_short(self, token_ids: Sequence[int]) -> int:
+        """Free blocks that ``allocate(token_ids)`` would lack (negative: how many would stay free).
+
+        Chapter 4's scheduler admits a request only if enough blocks stay free afterwards.
+        """
+        return self._blocks_short(self._check_tokens(token_ids))
+
     def allocate(self, seq_id: int, token_ids: Sequence[int]) -> Allocation | None:
         """Give a new sequence blocks for its prompt, reusing cached prefix blocks; ``None`` if they do not fit.
 
