@@ -1,0 +1,189 @@
+"""A fast serving simulator: the scheduler of :mod:`kvlib.serving` with a step-time model
+instead of a model (chapter 4).
+
+Every step of a real engine runs one forward pass over the sequences the scheduler
+picked. :class:`StepTimeModel` predicts its duration from what it computes,
+
+    t_step = fixed_s + per_seq_s x sequences + per_context_s x context tokens read
+             + per_prefill_s x prompt tokens prefilled,
+
+with constants fitted to measured steps of ``kvlib.model`` (:func:`kvlib.engine.calibrate`).
+:func:`simulate` then serves thousands of requests in seconds and records, at every step,
+where each slot of the KV budget is (:data:`kvlib.serving.CATEGORIES`) and how many
+sequences run. :class:`RunResult` turns the records into the chapter's numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from kvlib import KVLibError
+from kvlib.placement import CATEGORIES, make_memory
+from kvlib.serving import STEP_FIELDS, Scheduler, SchedulerConfig, SeqState, StepPlan
+from kvlib.traces import Request
+
+TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Seconds of one step: a fixed part plus parts per sequence, per context token read and per prompt token."""
+
+    fixed_s: float
+    per_seq_s: float
+    per_context_s: float
+    per_prefill_s: float
+    source: str = ""
+
+    def predict(self, num_seqs, num_context_tokens, num_prefill_tokens):
+        return (self.fixed_s + self.per_seq_s * np.asarray(num_seqs) + self.per_context_s * np.asarray(num_context_tokens)
+                + self.per_prefill_s * np.asarray(num_prefill_tokens))
+
+    def step_s(self, plan: StepPlan) -> float:
+        """Seconds of one planned step (plain arithmetic: the simulator calls this at every step)."""
+        return (self.fixed_s + self.per_seq_s * plan.num_seqs + self.per_context_s * plan.num_context_tokens
+                + self.per_prefill_s * plan.num_prefill_tokens)
+
+    def fixed_share(self, num_seqs: int, num_context_tokens: int) -> float:
+        """Share of a decode step that does not depend on the batch: near 1 means bigger batches are almost free."""
+        return self.fixed_s / float(self.predict(num_seqs, num_context_tokens, 0))
+
+
+def fit_step_time(num_seqs, num_context_tokens, num_prefill_tokens, seconds, source: str = "") -> StepTimeModel:
+    """Least-squares fit of :class:`StepTimeModel` to measured steps, every constant >= 0.
+
+    The fit weighs each step by 1 / seconds (relative errors), so that short steps count as
+    much as long ones. A term whose best value would be negative is dropped (set to 0) and
+    the others refitted: no step gets faster by doing more work.
+    """
+    columns = [np.ones(len(seconds)), *(np.asarray(x, dtype=np.float64) for x in (num_seqs, num_context_tokens, num_prefill_tokens))]
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if len(seconds) < 4 or any(len(c) != len(seconds) for c in columns) or not np.all(seconds > 0):
+        raise KVLibError("fit_step_time needs at least 4 measured steps with positive times, and equal-length inputs")
+    active = list(range(4))
+    while True:
+        design = np.stack([columns[i] for i in active], axis=1) / seconds[:, None]
+        coef, *_ = np.linalg.lstsq(design, np.ones_like(seconds), rcond=None)
+        if coef.min() >= 0 or len(active) == 1:
+            break
+        del active[int(np.argmin(coef))]
+    values = dict.fromkeys(range(4), 0.0) | {i: max(0.0, float(c)) for i, c in zip(active, coef)}
+    return StepTimeModel(*(values[i] for i in range(4)), source=source)
+
+
+@dataclass
+class RunResult:
+    """One serving run (simulated or real): the finished requests and one record per step."""
+
+    policy: str
+    num_slots: int
+    finished: list[SeqState]
+    steps: dict[str, np.ndarray]  # STEP_FIELDS plus "duration_s"
+    num_preemptions: int
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.steps["start_s"][-1] + self.steps["duration_s"][-1] - min(s.request.arrival_s for s in self.finished))
+
+    def _busy(self) -> np.ndarray:
+        """Steps while some request waits: the server is short of memory, not of work."""
+        busy = self.steps["num_waiting"] > 0
+        return busy if busy.any() else np.ones_like(busy)
+
+    def memory_shares(self) -> dict[str, float]:
+        """Share of the budget in each category, sampled at every step while requests wait, averaged over those steps."""
+        busy = self._busy()
+        return {c: float(self.steps[c][busy].mean()) / self.num_slots for c in CATEGORIES}
+
+    @property
+    def utilisation(self) -> float:
+        """Share of the KV budget holding real tokens (the paper's "token states"), while requests wait."""
+        return self.memory_shares()["tokens"]
+
+    @property
+    def mean_batch(self) -> float:
+        """Sequences per step, averaged over the steps while requests wait."""
+        return float(self.steps["num_seqs"][self._busy()].mean())
+
+    @property
+    def max_batch(self) -> int:
+        return int(self.steps["num_seqs"].max())
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second while requests wait: the server's capacity."""
+        busy = self._busy()
+        return float(self.steps["num_seqs"][busy].sum() / self.steps["duration_s"][busy].sum())
+
+    @property
+    def requests_per_s(self) -> float:
+        """Capacity in requests per second: tokens per second over the mean output length."""
+        return self.tokens_per_s / float(np.mean([s.request.output_len for s in self.finished]))
+
+    @property
+    def normalized_latency(self) -> float:
+        """Mean over requests of (finish - arrival) / output tokens: seconds per output token."""
+        return float(np.mean([(s.finish_s - s.request.arrival_s) / s.request.output_len for s in self.finished]))
+
+    def retimed(self, step_model: StepTimeModel) -> "RunResult":
+        """The same steps timed by another step-time model.
+
+        Exact when every request arrived at time 0 (a saturated server): the scheduler's
+        choices then do not depend on time, only the durations change, and every request's
+        first and last token come at the end of the same steps as before.
+        """
+        if any(s.request.arrival_s > 0 for s in self.finished):
+            raise KVLibError("retimed needs a run in which every request arrived at time 0")
+        steps = self.steps
+        durations = np.asarray(step_model.predict(steps["num_seqs"], steps["context_tokens"], steps["prefill_tokens"]),
+                               dtype=np.float64)
+        old_ends, new_ends = steps["start_s"] + steps["duration_s"], np.cumsum(durations)
+
+        def moved(times):
+            return new_ends[np.clip(np.searchsorted(old_ends, times), 0, len(new_ends) - 1)].tolist()
+
+        firsts, lasts = moved([s.first_token_s for s in self.finished]), moved([s.finish_s for s in self.finished])
+        finished = [replace(s, first_token_s=f, finish_s=t) for s, f, t in zip(self.finished, firsts, lasts)]
+        return RunResult(self.policy, self.num_slots, finished, dict(steps, start_s=new_ends - durations, duration_s=durations),
+                         self.num_preemptions)
+
+
+def result_from(scheduler: Scheduler, policy: str, durations: list[float]) -> RunResult:
+    """Collect a finished scheduler's records into a :class:`RunResult`."""
+    records = np.array(scheduler.records, dtype=np.float64).reshape(-1, len(STEP_FIELDS))
+    steps = {name: records[:, i] for i, name in enumerate(STEP_FIELDS)}
+    steps["duration_s"] = np.array(durations)
+    return RunResult(policy, scheduler.memory.num_slots, sorted(scheduler.finished, key=lambda s: s.seq_id), steps,
+                     scheduler.num_preemptions)
+
+
+def simulate(requests: list[Request], policy: str, num_slots: int, step_model: StepTimeModel, max_len: int = 2048,
+             block_size: int = 16, config: SchedulerConfig = SchedulerConfig(), enable_prefix_caching: bool = False) -> RunResult:
+    """Serve ``requests`` with one policy and a budget of ``num_slots`` token slots; time from ``step_model``.
+
+    Every request completes (requests are never dropped); tokens are placeholders (0),
+    since only lengths and timing matter here.
+    """
+    if not requests:
+        raise KVLibError("simulate needs at least one request")
+    longest = max(r.total_len for r in requests)
+    if longest > max_len:
+        raise KVLibError(f"a request of {longest} tokens exceeds max_len {max_len}")
+    memory = make_memory(policy, num_slots, max_len, block_size, enable_prefix_caching=enable_prefix_caching)
+    scheduler = Scheduler(memory, requests, config)
+    now, durations = 0.0, []
+    while scheduler.has_work():
+        if not scheduler.running and not scheduler.waiting:
+            now = max(now, scheduler.next_arrival())
+        plan = scheduler.schedule(now)
+        if plan.num_seqs == 0:
+            raise KVLibError(f"policy {policy}: nothing can run with {num_slots} slots (a request never fits)")
+        duration = step_model.step_s(plan)
+        now += duration
+        durations.append(duration)
+        memory.mark_computed(plan)
+        scheduler.complete(plan, [0] * plan.num_seqs, now)
+    return result_from(scheduler, policy, durations)
