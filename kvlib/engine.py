@@ -1,0 +1,190 @@
+"""The real serving engine: ``kvlib.model`` on a :class:`~kvlib.paged_attention.PagedKVCache`,
+scheduled by :class:`kvlib.serving.Scheduler`, and the calibration of the simulator's
+step-time model from measured steps (chapter 4).
+
+Every policy stores K/V in the same paged cache; what differs is admission. ``paged``
+takes blocks as tokens arrive and preempts (recomputes) when they run out; ``max``,
+``pow2`` and ``oracle`` admit a request only when its contiguous reservation fits in the
+budget, and the cache behind them gets spare blocks so that storage never limits them.
+Each step runs one forward pass per prefilled prompt (``PagedKVCache`` feeds every
+scheduled sequence the same number of tokens) and one for all decoding sequences.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from kvlib import KVLibError
+from kvlib.decode import torch_threads
+from kvlib.generate import generate
+from kvlib.measure import synchronize, time_it
+from kvlib.model import TinyLlama
+from kvlib.paged_attention import PagedKVCache
+from kvlib.placement import make_memory
+from kvlib.serving import Scheduler, SchedulerConfig, StepPlan
+from kvlib.simulator import RunResult, StepTimeModel, fit_step_time, result_from
+from kvlib.traces import Request
+
+
+def one_cpu_thread(device: torch.device):
+    """Run torch on one thread on the CPU (no change on a GPU).
+
+    On a shared two-core machine a second thread is often descheduled, and every parallel
+    operation then waits for it (chapter 3): tiny models run many times slower.
+    """
+    return torch_threads(1 if torch.device(device).type == "cpu" else None)
+
+
+@torch.inference_mode()
+def execute(model: TinyLlama, cache: PagedKVCache, plan: StepPlan) -> list[int]:
+    """Run one step's forward passes; returns the greedy next token of every planned sequence (prefills first)."""
+    device = cache.k.device
+    tokens = []
+    for seq, num_cached in plan.prefills:
+        cache.schedule([seq.seq_id])
+        prompt = torch.tensor([seq.tokens[num_cached:]], device=device)  # (1, uncached tokens)
+        tokens.append(int(model(prompt, cache, last_only=True)[0, -1].argmax()))
+    if plan.decodes:
+        cache.schedule([s.seq_id for s in plan.decodes])
+        newest = torch.tensor([[s.tokens[-1]] for s in plan.decodes], device=device)  # (batch, 1)
+        tokens += model(newest, cache, last_only=True)[:, -1].argmax(dim=-1).tolist()
+    return tokens
+
+
+def run_engine(model: TinyLlama, requests: list[Request], policy: str, num_slots: int, max_len: int,
+               block_size: int = 16, config: SchedulerConfig = SchedulerConfig(), progress: bool = True) -> RunResult:
+    """Serve ``requests`` with the model under one policy and a budget of ``num_slots`` token slots.
+
+    Time is the wall clock; requests whose arrival lies ahead are waited for. Each finished
+    request's tokens are in ``result.finished[i].tokens`` (prompt, then its output).
+    """
+    device = model.lm_head.weight.device
+    if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
+        raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")
+    num_blocks = num_slots // block_size + (0 if policy == "paged" else config.max_num_seqs)
+    cache = PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype,
+                         enable_prefix_caching=False)
+    scheduler = Scheduler(make_memory(policy, num_slots, max_len, block_size, manager=cache.manager), requests, config)
+    durations = []
+    with one_cpu_thread(device), tqdm(total=len(requests), desc=f"engine: {policy}", disable=not progress) as bar:
+        start = time.perf_counter()
+        while scheduler.has_work():
+            now = time.perf_counter() - start
+            if not scheduler.running and not scheduler.waiting and scheduler.next_arrival() > now:
+                time.sleep(scheduler.next_arrival() - now)
+                now = time.perf_counter() - start
+            plan = scheduler.schedule(now)
+            if plan.num_seqs == 0:
+                raise KVLibError(f"policy {policy}: nothing can run with {num_slots} slots")
+            tokens = execute(model, cache, plan)
+            synchronize(device)
+            end = time.perf_counter() - start
+            durations.append(end - now)
+            num_done = len(scheduler.finished)
+            scheduler.complete(plan, tokens, end)
+            bar.update(len(scheduler.finished) - num_done)
+    return result_from(scheduler, policy, durations)
+
+
+def solo_tokens(model: TinyLlama, request: Request) -> list[int]:
+    """The request's output when it runs alone on the contiguous cache of chapter 1 (greedy)."""
+    device = model.lm_head.weight.device
+    prompt = torch.tensor([list(request.prompt)], device=device)
+    with one_cpu_thread(device):
+        return generate(model, prompt, request.output_len, "cache").tokens[0, request.prompt_len :].tolist()
+
+
+def outputs_match_solo(model: TinyLlama, result: RunResult) -> bool:
+    """Did every request of a run generate exactly what it generates alone?"""
+    return all(seq.generated == solo_tokens(model, seq.request) for seq in result.finished)
+
+
+# --------------------------------------------------------------------------- calibration
+
+DECODE_POINTS = ((1, 16), (1, 1024), (4, 16), (4, 2048), (16, 16), (16, 960), (64, 16), (64, 240))  # (sequences, tokens each)
+PREFILL_LENGTHS = (16, 128, 512)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured steps (rows) and the :class:`StepTimeModel` fitted to them."""
+
+    rows: list[dict]
+    model: StepTimeModel
+
+
+@torch.inference_mode()
+def _decode_step_s(model: TinyLlama, num_seqs: int, length: int, block_size: int, repeats: int) -> float:
+    """Fastest of ``repeats`` decode steps of ``num_seqs`` sequences of ``length`` tokens on a paged cache."""
+    device = model.lm_head.weight.device
+    num_blocks = num_seqs * -(-(length + repeats + 2) // block_size)
+    cache = PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype,
+                         enable_prefix_caching=False)
+    for seq in range(num_seqs):
+        cache.manager.allocate(seq, [1] * length)
+        cache.manager.mark_computed(seq)  # the K/V stay zero: timing does not depend on their values
+    seqs, newest = list(range(num_seqs)), torch.ones(num_seqs, 1, dtype=torch.long, device=device)
+
+    def step():
+        for seq in seqs:
+            cache.manager.append_slot(seq, 1)
+        cache.schedule(seqs)
+        model(newest, cache, last_only=True)
+
+    return time_it(step, repeats=repeats, warmup=1, device=device).min_s
+
+
+@torch.inference_mode()
+def _prefill_s(model: TinyLlama, length: int, block_size: int, repeats: int) -> float:
+    """Fastest prefill of one prompt of ``length`` tokens."""
+    device = model.lm_head.weight.device
+    cache = PagedKVCache(model.config, -(-length // block_size), block_size, device=device,
+                         dtype=model.lm_head.weight.dtype, enable_prefix_caching=False)
+    prompt = torch.ones(1, length, dtype=torch.long, device=device)
+
+    def prefill():
+        cache.manager.allocate(0, prompt[0].tolist())
+        cache.schedule([0])
+        model(prompt, cache, last_only=True)
+        cache.manager.free(0)
+
+    return time_it(prefill, repeats=repeats, warmup=1, device=device).min_s
+
+
+def calibrate(model: TinyLlama, decode_points=DECODE_POINTS, prefill_lengths=PREFILL_LENGTHS, block_size: int = 16,
+              repeats: int = 5, rounds: int = 2, progress: bool = True) -> Calibration:
+    """Time real decode steps and prefills of ``model`` on a paged cache and fit the step-time model.
+
+    Every point is measured ``rounds`` times, the rounds one after another, and keeps its
+    fastest repeat: a program that steals the processor can only make a repeat slower, and
+    is unlikely to hit the same point in every round. All sequences of a decode point have
+    the same length, so the kernel reads no padding. On the CPU the model runs on one
+    thread, as in the real engine.
+    """
+    device = model.lm_head.weight.device
+    work = [("decode", n, length) for n, length in decode_points] + [("prefill", 1, length) for length in prefill_lengths]
+    best = [math.inf] * len(work)
+    with one_cpu_thread(device), tqdm(total=rounds * len(work), desc="calibration", disable=not progress) as bar:
+        for _ in range(rounds):
+            for i, (kind, n, length) in enumerate(work):
+                if kind == "decode":
+                    seconds = _decode_step_s(model, n, length, block_size, repeats)
+                else:
+                    seconds = _prefill_s(model, length, block_size, repeats)
+                best[i] = min(best[i], seconds)
+                bar.update(1)
+    rows = [dict(kind=kind, num_seqs=n, context_tokens=n * length if kind == "decode" else 0,
+                 prefill_tokens=length if kind == "prefill" else 0, seconds=seconds)
+            for (kind, n, length), seconds in zip(work, best)]
+    columns = {key: np.array([row[key] for row in rows]) for key in ("num_seqs", "context_tokens", "prefill_tokens", "seconds")}
+    fitted = fit_step_time(columns["num_seqs"], columns["context_tokens"], columns["prefill_tokens"], columns["seconds"],
+                           source=f"kvlib.model on {device.type}")
+    for row in rows:
+        row["fitted_s"] = float(fitted.predict(row["num_seqs"], row["context_tokens"], row["prefill_tokens"]))
+    return Calibration(rows, fitted)

@@ -1,0 +1,57 @@
+"""The real engine (kvlib.engine): kvlib.model served on the paged cache under each policy,
+preemption by recomputation that never changes a request's tokens, and the calibration."""
+
+import math
+
+import pytest
+
+from kvlib import KVLibError
+from kvlib.engine import calibrate, outputs_match_solo, run_engine, solo_tokens
+from kvlib.model import ModelConfig, TinyLlama
+from kvlib.placement import POLICIES
+from kvlib.traces import TraceSpec, make_trace
+
+MODEL = TinyLlama(ModelConfig(vocab_size=97, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=64, max_seq_len=128))
+SMALL = TraceSpec("small", 8, 16, max_len=64)
+
+
+def test_a_tiny_budget_forces_many_preemptions_and_every_request_still_generates_its_solo_tokens():
+    requests = make_trace(TraceSpec("stress", 12, 24, max_len=64), 12, math.inf, seed=3, vocab_size=97)
+    result = run_engine(MODEL, requests, "paged", 64, 64, block_size=4, progress=False)  # 16 blocks of 4 tokens
+    assert result.num_preemptions >= 8
+    assert sum(s.num_preemptions > 0 for s in result.finished) >= 3
+    assert len(result.finished) == 12
+    assert outputs_match_solo(MODEL, result)
+
+
+def test_every_policy_generates_the_same_tokens_at_the_same_budget():
+    requests = make_trace(SMALL, 16, math.inf, seed=4, vocab_size=97)
+    results = {p: run_engine(MODEL, requests, p, 256, 64, progress=False) for p in POLICIES}
+    outputs = {p: [s.generated for s in r.finished] for p, r in results.items()}
+    assert all(outputs[p] == outputs["paged"] for p in POLICIES)
+    assert outputs["paged"][:4] == [solo_tokens(MODEL, r) for r in requests[:4]]
+    assert results["max"].max_batch == 4 and results["paged"].max_batch > 4  # 256 slots hold 4 reservations of 64
+    assert all(results[p].num_preemptions == 0 for p in ("max", "pow2", "oracle"))
+
+
+def test_requests_arriving_later_are_waited_for():
+    requests = make_trace(SMALL, 3, rate=200.0, seed=5, vocab_size=97)
+    result = run_engine(MODEL, requests, "paged", 256, 64, progress=False)
+    assert all(s.first_token_s >= s.request.arrival_s for s in result.finished)
+    assert outputs_match_solo(MODEL, result)
+
+
+def test_the_engine_refuses_requests_longer_than_max_len():
+    requests = make_trace(TraceSpec("long", 40, 40, max_len=128), 3, math.inf, seed=0, vocab_size=97)
+    with pytest.raises(KVLibError, match="longer than max_len"):
+        run_engine(MODEL, requests, "paged", 512, 32, progress=False)
+
+
+def test_calibration_measures_every_point_and_fits_nonnegative_constants():
+    calibration = calibrate(MODEL, decode_points=((1, 8), (4, 8), (4, 128), (16, 64)), prefill_lengths=(8, 32),
+                            repeats=1, rounds=1, progress=False)
+    assert [r["kind"] for r in calibration.rows] == ["decode"] * 4 + ["prefill"] * 2
+    assert [r["context_tokens"] for r in calibration.rows[:4]] == [8, 32, 512, 1024]
+    assert all(r["seconds"] > 0 and r["fitted_s"] > 0 for r in calibration.rows)
+    model = calibration.model
+    assert model.fixed_s > 0 and min(model.per_seq_s, model.per_context_s, model.per_prefill_s) >= 0
