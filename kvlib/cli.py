@@ -15,7 +15,7 @@ import time
 from kvlib import KVLibError
 
 # Modules that contribute to ``python -m kvlib bench``; each defines ``bench() -> dict``.
-BENCH_MODULES = ("measure", "nocache", "decode", "paged_measure")
+BENCH_MODULES = ("measure", "nocache", "decode", "paged_measure", "serving_measure")
 
 EXIT_USAGE = 2
 

@@ -1,0 +1,184 @@
+"""Experiments of chapter 4: the KV budget of the vLLM paper's setup, the four policies on one
+trace, step-time regimes, latency against request rate, and ``bench()`` for
+``python -m kvlib bench``.
+
+The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our simulations
+use the KV budget that setup leaves (:func:`kv_budget`), the lengths of its traces
+(:mod:`kvlib.traces`), and a step-time model measured on this machine
+(:func:`kvlib.engine.calibrate`). :func:`roofline_step_model` estimates the A100's step
+times from its data sheet instead, so that both regimes can be set side by side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from kvlib import KVLibError
+from kvlib.model import ModelConfig, TinyLlama
+from kvlib.placement import CATEGORIES, POLICIES
+from kvlib.simulator import RunResult, StepTimeModel, simulate
+from kvlib.sizing import GiB, bytes_per_token, catalog_entry, weight_bytes
+from kvlib.traces import SHAREGPT, TraceSpec, make_trace
+
+A100_BYTES = 40 * GiB  # NVIDIA A100 40 GB, the paper's GPU
+A100_BANDWIDTH = 1.555e12  # bytes/s of its HBM2 (NVIDIA data sheet)
+A100_FP16_FLOPS = 312e12  # dense fp16 tensor-core peak (NVIDIA data sheet)
+MEMORY_FRACTION = 0.9  # of GPU memory a vLLM server uses by default (gpu_memory_utilization)
+
+# The vLLM paper's figures (Kwon et al. 2023; OPT-13B on an A100, ShareGPT unless stated).
+PAPER_TOKEN_SHARE = {"max": 0.204, "pow2": 0.268, "oracle": 0.382, "paged": 0.963}  # Figure 2
+PAPER_RATE_VS_ORACLE = (1.7, 2.7)  # request rate sustained at similar latency, vLLM / Orca-Oracle (ShareGPT)
+PAPER_RATE_VS_MAX = (2.7, 8.0)  # vLLM / Orca-Max (ShareGPT)
+PAPER_SAVING_PARALLEL = (0.061, 0.098)  # KV memory saved by sharing, parallel sampling n = 2..6 (Alpaca)
+PAPER_SAVING_BEAM = (0.376, 0.552)  # beam search, width 2..6 (Alpaca)
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """How many KV blocks a model leaves on one GPU: (memory x fraction - weights) / bytes per block."""
+
+    model: str
+    gpu_bytes: int
+    weight_bytes: int
+    kv_bytes: int
+    bytes_per_token: int
+    block_size: int
+    num_blocks: int
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+def kv_budget(model: str = "OPT-13B", gpu_bytes: int = A100_BYTES, memory_fraction: float = MEMORY_FRACTION,
+              block_size: int = 16) -> KVBudget:
+    """The KV budget of a catalog model in fp16 on one GPU (kvlib.sizing's numbers, chapter 2)."""
+    entry = catalog_entry(model)
+    weights = weight_bytes(entry.num_parameters, "fp16")
+    kv = int(gpu_bytes * memory_fraction) - weights
+    per_token = bytes_per_token(entry.spec)
+    if kv < per_token * block_size:
+        raise KVLibError(f"{model} leaves no room for a KV block on a GPU of {gpu_bytes / GiB:.0f} GiB")
+    return KVBudget(model, gpu_bytes, weights, kv, per_token, block_size, kv // (per_token * block_size))
+
+
+def roofline_step_model(model: str = "OPT-13B", bandwidth: float = A100_BANDWIDTH, flops: float = A100_FP16_FLOPS) -> StepTimeModel:
+    """An ideal A100 step from the data sheet, not a measurement: a decode step reads every
+    weight once (fixed) and each cached token's K/V once (per context token); prefill does
+    2 x parameters FLOPs per prompt token at peak speed."""
+    entry = catalog_entry(model)
+    return StepTimeModel(fixed_s=weight_bytes(entry.num_parameters, "fp16") / bandwidth, per_seq_s=0.0,
+                         per_context_s=bytes_per_token(entry.spec) / bandwidth,
+                         per_prefill_s=2 * entry.num_parameters / flops, source=f"{model} on an A100, roofline")
+
+
+def serve_policies(requests, num_slots: int, step_model: StepTimeModel, max_len: int, policies=POLICIES,
+                   progress: bool = True, **kwargs) -> dict[str, RunResult]:
+    """Simulate the same requests under each policy and one budget."""
+    return {policy: simulate(requests, policy, num_slots, step_model, max_len, **kwargs)
+            for policy in tqdm(policies, desc="simulating", disable=not progress)}
+
+
+def memory_table(runs: dict[str, RunResult]) -> list[dict]:
+    """Per policy: the budget's time-averaged share in each category (%) while requests wait, and the batch."""
+    rows = []
+    for policy, run in runs.items():
+        shares = run.memory_shares()
+        rows.append({"policy": policy, **{f"{c} (%)": 100 * shares[c] for c in CATEGORIES},
+                     "paper: tokens (%)": 100 * PAPER_TOKEN_SHARE[policy], "mean batch": run.mean_batch,
+                     "largest batch": run.max_batch, "preemptions": run.num_preemptions})
+    return rows
+
+
+def operating_point(run: RunResult) -> tuple[float, float]:
+    """Sequences and context tokens of the average step while requests wait."""
+    busy = run.steps["num_waiting"] > 0
+    return float(run.steps["num_seqs"][busy].mean()), float(run.steps["context_tokens"][busy].mean())
+
+
+def fixed_share(run: RunResult, step_model: StepTimeModel) -> float:
+    """Share of an average decode step of ``run`` that does not grow with the batch."""
+    return step_model.fixed_share(*operating_point(run))
+
+
+def with_fixed_share(step_model: StepTimeModel, share: float, num_seqs: float, context_tokens: float) -> StepTimeModel:
+    """The step model with its per-sequence and per-context-token costs scaled so that a decode
+    step of ``num_seqs`` sequences reading ``context_tokens`` spends ``share`` of its time on the
+    fixed part. Prefill keeps its measured cost. ``share = 1``: decode steps cost the same whatever the batch."""
+    if not 0 < share <= 1:
+        raise KVLibError(f"the fixed share must be in (0, 1], not {share}")
+    variable = step_model.per_seq_s * num_seqs + step_model.per_context_s * context_tokens
+    scale = 0.0 if share == 1 else step_model.fixed_s * (1 - share) / share / variable
+    return StepTimeModel(step_model.fixed_s, step_model.per_seq_s * scale, step_model.per_context_s * scale,
+                         step_model.per_prefill_s, source=f"fixed share {share:.2f}")
+
+
+def ratios(runs: dict[str, RunResult], step_model: StepTimeModel | None = None) -> dict[str, float]:
+    """Throughput of ``paged`` over each reservation policy (requests/s while requests wait),
+    optionally retimed by another step model (the runs must have had every request at time 0)."""
+    timed = runs if step_model is None else {p: r.retimed(step_model) for p, r in runs.items()}
+    paged = timed["paged"].requests_per_s
+    return {p: paged / r.requests_per_s for p, r in timed.items() if p != "paged"}
+
+
+def regime_curve(runs: dict[str, RunResult], step_model: StepTimeModel, shares) -> list[dict]:
+    """Throughput ratios paged / each policy when a decode step's fixed share (at paged's
+    operating point) is each of ``shares``: how much of paging's larger batch becomes throughput."""
+    point = operating_point(runs["paged"])
+    return [{"fixed share": s, **{f"paged / {p}": r for p, r in ratios(runs, with_fixed_share(step_model, s, *point)).items()}}
+            for s in shares]
+
+
+def latency_curve(spec: TraceSpec, policies, rates: dict[str, list[float]], num_requests: int, num_slots: int,
+                  step_model: StepTimeModel, seed: int = 1, progress: bool = True) -> list[dict]:
+    """Normalised latency (s per output token) and throughput at each request rate, per policy (Poisson arrivals)."""
+    work = [(p, rate) for p in policies for rate in rates[p]]
+    rows = []
+    for policy, rate in tqdm(work, desc=f"{spec.name}: latency vs rate", disable=not progress):
+        run = simulate(make_trace(spec, num_requests, rate, seed=seed), policy, num_slots, step_model, spec.max_len)
+        rows.append({"trace": spec.name, "policy": policy, "rate": rate, "s per token": run.normalized_latency,
+                     "requests/s": len(run.finished) / run.makespan_s})
+    return rows
+
+
+# --------------------------------------------------------------------------- the real engine's model
+
+ENGINE_CONFIG = ModelConfig(vocab_size=512, d_model=64, num_layers=4, num_heads=4, num_kv_heads=1, d_ff=172, max_seq_len=1024)
+
+
+def engine_model(device=None) -> TinyLlama:
+    """The small model chapter 4 serves and calibrates with: 4 layers, width 64, one K/V head (MQA)."""
+    return TinyLlama(ENGINE_CONFIG).to(device).eval()
+
+
+def bench(num_requests: int = 1000) -> dict:
+    """Benchmarks of chapter 4 for ``python -m kvlib bench``."""
+    from kvlib.engine import calibrate, run_engine
+    from kvlib.measure import pick_device
+
+    device = pick_device()
+    model = engine_model(device)
+    step_model = calibrate(model, progress=False).model
+    budget = kv_budget()
+    requests = make_trace(SHAREGPT, num_requests, math.inf, seed=0)
+    runs = serve_policies(requests, budget.num_slots, step_model, SHAREGPT.max_len, progress=False)
+    measured, roofline = ratios(runs), ratios(runs, roofline_step_model())
+    scaled = SHAREGPT.scaled(8)
+    small = make_trace(scaled, 150, math.inf, seed=0, vocab_size=ENGINE_CONFIG.vocab_size)
+    real = {p: run_engine(model, small, p, 8 * scaled.max_len, scaled.max_len, progress=False) for p in ("max", "paged")}
+    return {
+        "kv_utilization": {p: round(r.utilisation, 4) for p, r in runs.items()},
+        "batch_ratio_paged_vs_oracle": round(runs["paged"].mean_batch / runs["oracle"].mean_batch, 3),
+        "batch_ratio_paged_vs_max": round(runs["paged"].mean_batch / runs["max"].mean_batch, 3),
+        "throughput_ratio_paged_vs_oracle": round(measured["oracle"], 3),
+        "throughput_ratio_paged_vs_max": round(measured["max"], 3),
+        "throughput_ratio_paged_vs_oracle_a100_roofline": round(roofline["oracle"], 3),
+        "throughput_ratio_paged_vs_max_a100_roofline": round(roofline["max"], 3),
+        "decode_fixed_share": round(fixed_share(runs["paged"], step_model), 3),
+        "real_engine_throughput_ratio_paged_vs_max": round(real["max"].makespan_s / real["paged"].makespan_s, 3),
+    }

@@ -1,0 +1,69 @@
+"""Chapter 4's experiment helpers (kvlib.serving_measure): the paper's KV budget, the A100
+roofline step, step-time regimes and throughput ratios."""
+
+import math
+
+import pytest
+
+from kvlib import KVLibError
+from kvlib import serving_measure as sm
+from kvlib.simulator import StepTimeModel
+from kvlib.sizing import GiB
+from kvlib.traces import SHAREGPT, make_trace
+
+UNIT = StepTimeModel(1.0, 0.0, 0.0, 0.0)
+
+
+def test_opt_13b_on_an_a100_leaves_987_blocks_of_16():
+    budget = sm.kv_budget("OPT-13B")
+    assert budget.bytes_per_token == 819_200 and budget.weight_bytes == 2 * 12_853_473_280
+    assert budget.kv_bytes == int(0.9 * 40 * GiB) - budget.weight_bytes
+    assert budget.num_blocks == budget.kv_bytes // (819_200 * 16) == 987
+    assert budget.num_slots // 2048 == 7
+    with pytest.raises(KVLibError, match="no room"):
+        sm.kv_budget("Llama-2-70B")
+
+
+def test_the_roofline_step_reads_weights_and_cache_at_the_a100s_bandwidth():
+    step = sm.roofline_step_model("OPT-13B")
+    assert step.fixed_s == pytest.approx(2 * 12_853_473_280 / 1.555e12)
+    assert step.per_context_s == pytest.approx(819_200 / 1.555e12)
+    assert step.per_prefill_s == pytest.approx(2 * 12_853_473_280 / 312e12)
+    assert step.fixed_share(30, 15_000) == pytest.approx(0.676, abs=0.01)
+
+
+def test_with_fixed_share_scales_only_the_batch_dependent_costs():
+    step = StepTimeModel(0.004, 3e-5, 2e-7, 5e-5)
+    for share in (0.2, 0.5, 0.9):
+        scaled = sm.with_fixed_share(step, share, 30, 15_000)
+        assert scaled.fixed_share(30, 15_000) == pytest.approx(share)
+        assert (scaled.fixed_s, scaled.per_prefill_s) == (step.fixed_s, step.per_prefill_s)
+    flat = sm.with_fixed_share(step, 1.0, 30, 15_000)
+    assert flat.per_seq_s == flat.per_context_s == 0
+    with pytest.raises(KVLibError, match="fixed share"):
+        sm.with_fixed_share(step, 0.0, 30, 15_000)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    requests = make_trace(SHAREGPT, 150, math.inf, seed=0)
+    return sm.serve_policies(requests, sm.kv_budget().num_slots, UNIT, SHAREGPT.max_len, progress=False)
+
+
+def test_memory_table_and_ratios(runs):
+    rows = {r["policy"]: r for r in sm.memory_table(runs)}
+    assert set(rows) == {"max", "pow2", "oracle", "paged"}
+    for row in rows.values():
+        assert sum(row[f"{c} (%)"] for c in ("tokens", "reserved", "internal", "external", "free")) == pytest.approx(100)
+    assert rows["paged"]["paper: tokens (%)"] == 96.3
+    flat = sm.ratios(runs)  # one time unit per step: throughput follows tokens per step
+    assert flat["max"] > flat["pow2"] > 1 and flat["oracle"] > 1
+
+
+def test_the_flatter_the_step_the_larger_the_gain(runs):
+    curve = sm.regime_curve(runs, StepTimeModel(0.004, 3e-5, 3e-7, 3e-5), [0.2, 0.5, 0.8, 1.0])
+    for policy in ("max", "pow2", "oracle"):
+        values = [row[f"paged / {policy}"] for row in curve]
+        assert values == sorted(values) and values[0] < values[-1]
+    n, ctx = sm.operating_point(runs["paged"])
+    assert n > 1 and ctx > 1000
