@@ -119,15 +119,23 @@ class Calibration:
     model: StepTimeModel
 
 
+def decode_lengths(num_seqs: int, length: int, block_size: int) -> list[int]:
+    """Lengths of a calibration decode point: ``length`` tokens, less 0 to ``block_size - 1``
+    from one sequence to the next, so that the kernel masks keys as in a real batch of
+    different lengths, while padding stays under one block (vLLM's kernel reads none)."""
+    return [length - i % min(length, block_size) for i in range(num_seqs)]
+
+
 @torch.inference_mode()
 def _decode_step_s(model: TinyLlama, num_seqs: int, length: int, block_size: int, repeats: int) -> float:
-    """Fastest of ``repeats`` decode steps of ``num_seqs`` sequences of ``length`` tokens on a paged cache."""
+    """Fastest of ``repeats`` decode steps of ``num_seqs`` sequences of about ``length`` tokens on a paged cache."""
     device = model.lm_head.weight.device
+    lengths = decode_lengths(num_seqs, length, block_size)
     num_blocks = num_seqs * -(-(length + repeats + 2) // block_size)
     cache = PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype,
                          enable_prefix_caching=False)
-    for seq in range(num_seqs):
-        cache.manager.allocate(seq, [1] * length)
+    for seq, seq_len in enumerate(lengths):
+        cache.manager.allocate(seq, [1] * seq_len)
         cache.manager.mark_computed(seq)  # the K/V stay zero: timing does not depend on their values
     seqs, newest = list(range(num_seqs)), torch.ones(num_seqs, 1, dtype=torch.long, device=device)
 
@@ -163,9 +171,10 @@ def calibrate(model: TinyLlama, decode_points=DECODE_POINTS, prefill_lengths=PRE
 
     Every point is measured ``rounds`` times, the rounds one after another, and keeps its
     fastest repeat: a program that steals the processor can only make a repeat slower, and
-    is unlikely to hit the same point in every round. All sequences of a decode point have
-    the same length, so the kernel reads no padding. On the CPU the model runs on one
-    thread, as in the real engine.
+    is unlikely to hit the same point in every round. The sequences of a decode point
+    differ in length by less than a block (:func:`decode_lengths`), so the kernel masks,
+    but reads almost no padding. On the CPU the model runs on one thread, as in the real
+    engine.
     """
     device = model.lm_head.weight.device
     work = [("decode", n, length) for n, length in decode_points] + [("prefill", 1, length) for length in prefill_lengths]
@@ -179,7 +188,7 @@ def calibrate(model: TinyLlama, decode_points=DECODE_POINTS, prefill_lengths=PRE
                     seconds = _prefill_s(model, length, block_size, repeats)
                 best[i] = min(best[i], seconds)
                 bar.update(1)
-    rows = [dict(kind=kind, num_seqs=n, context_tokens=n * length if kind == "decode" else 0,
+    rows = [dict(kind=kind, num_seqs=n, context_tokens=sum(decode_lengths(n, length, block_size)) if kind == "decode" else 0,
                  prefill_tokens=length if kind == "prefill" else 0, seconds=seconds)
             for (kind, n, length), seconds in zip(work, best)]
     columns = {key: np.array([row[key] for row in rows]) for key in ("num_seqs", "context_tokens", "prefill_tokens", "seconds")}

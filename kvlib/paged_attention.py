@@ -21,7 +21,6 @@ from typing import Sequence
 import torch
 
 from kvlib import KVLibError
-from kvlib.attention import causal_mask
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import Allocation, BlockManager, BlockSnapshot
 
@@ -64,9 +63,46 @@ def gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor, buffer: Gathe
     return blocks.view(batch, max_blocks * block_size, num_kv_heads, head_dim)
 
 
+def visibility_bias(seq_lens: torch.Tensor, num_new: int, num_keys: int, dtype: torch.dtype) -> torch.Tensor:
+    """0 where a query may see a key, -inf where it may not: (batch, num_new, num_keys).
+
+    Query i of a sequence of ``seq_len`` tokens sits at position ``seq_len - num_new + i``
+    and sees keys 0 up to that position; keys past it are later tokens, or padding up to
+    the longest sequence of the batch. Adding the bias to the scores hides them: one
+    broadcast addition, cheaper than applying a boolean mask of the scores' full size.
+    """
+    device = seq_lens.device
+    last_visible = (seq_lens - num_new)[:, None] + torch.arange(num_new, device=device)  # (batch, num_new)
+    visible = torch.arange(num_keys, device=device) <= last_visible[..., None]
+    return torch.where(visible, torch.zeros((), dtype=dtype, device=device), torch.full((), float("-inf"), dtype=dtype, device=device))
+
+
+@dataclass(frozen=True)
+class KeyMask:
+    """Which keys the queries of one forward pass see; the same for every layer, so computed once."""
+
+    num_keys: int  # keys read per sequence: the longest sequence's length
+    bias: torch.Tensor | None  # (batch, num_new, num_keys) from visibility_bias; None: every query sees every key
+
+
+def key_mask(seq_lens: torch.Tensor, num_new: int, dtype: torch.dtype = torch.float32,
+             lengths: Sequence[int] | None = None) -> KeyMask:
+    """The :class:`KeyMask` of a batch whose sequences hold ``seq_lens`` tokens, the ``num_new`` newest being queries.
+
+    ``lengths``: the same lengths as Python ints, if the caller knows them (saves reading
+    ``seq_lens`` back from the device). Single-token steps over sequences of one length
+    need no mask at all.
+    """
+    lengths = seq_lens.tolist() if lengths is None else lengths
+    num_keys = max(lengths)
+    if num_new == 1 and min(lengths) == num_keys:
+        return KeyMask(num_keys, None)
+    return KeyMask(num_keys, visibility_bias(seq_lens, num_new, num_keys, dtype))
+
+
 def paged_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
-    buffers: tuple[GatherBuffer, GatherBuffer] | None = None,
+    buffers: tuple[GatherBuffer, ...] | None = None, mask: KeyMask | None = None,
 ) -> torch.Tensor:
     """Attention of each sequence's newest queries over its keys and values stored in blocks.
 
@@ -74,14 +110,17 @@ def paged_attention(
     k_cache, v_cache: (num_blocks, block_size, num_kv_heads, head_dim), one layer's pool
     block_tables: (batch, max_blocks) int64, padded with any valid block id
     seq_lens: (batch,) tokens stored per sequence, the new ones included; they may differ
-    buffers: optional reusable memory for the gathered K and V (see :class:`GatherBuffer`)
+    buffers: optional reusable memory (see :class:`GatherBuffer`) for the gathered K and V,
+        and optionally a third for the scores
+    mask: optional :func:`key_mask` of ``seq_lens``, if the caller computed it for all layers
     returns: (batch, num_heads, num_new, head_dim)
 
-    The blocks are gathered once in the pool's own token-major layout. Each K/V head then
-    meets the queries of its group in two matrix products that read the gathered K and V in
-    place (a strided matrix, no further copy and no copy per query head). Keys past a
-    sequence's length are masked by the causal mask, because the last query of a sequence
-    sits at position ``seq_len - 1``.
+    The blocks are gathered once in the pool's own token-major layout, and only as many
+    keys as the longest sequence has are read. Each K/V head then meets the queries of its
+    group in two batched matrix products that read the gathered K and V in place (a
+    strided matrix: no copy per query head) and write straight into one tensor of scores;
+    the first also scales them. Keys a query may not see (later positions, or the padding
+    of a shorter sequence) get -inf from the mask's bias before the softmax.
     """
     batch, num_heads, num_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
@@ -90,18 +129,24 @@ def paged_attention(
     if num_heads % num_kv_heads or k_cache.shape[3] != head_dim:
         raise KVLibError(f"q has {num_heads} heads of {head_dim}; the cache {num_kv_heads} KV heads of {k_cache.shape[3]}")
     group = num_heads // num_kv_heads
-    max_blocks = -(-int(seq_lens.max()) // k_cache.shape[1])  # read no more blocks than the longest needs
-    tables = block_tables[:, :max_blocks]
-    k_buffer, v_buffer = buffers or (None, None)
-    k = gather_blocks(k_cache, tables, k_buffer)  # (batch, keys, kv_heads, head_dim)
-    v = gather_blocks(v_cache, tables, v_buffer)
+    mask = key_mask(seq_lens, num_new, q.dtype) if mask is None else mask
+    num_keys = mask.num_keys
+    tables = block_tables[:, : -(-num_keys // k_cache.shape[1])]  # no more blocks than the longest needs
+    k_buffer, v_buffer, scores_buffer = (*(buffers or ()), None, None, None)[:3]  # K, V and, optionally, scores
+    k = gather_blocks(k_cache, tables, k_buffer)[:, :num_keys]  # (batch, keys, kv_heads, head_dim)
+    v = gather_blocks(v_cache, tables, v_buffer)[:, :num_keys]
     q = q.reshape(batch, num_kv_heads, group * num_new, head_dim)  # each group's queries as rows
-    scores = torch.stack([q[:, h] @ k[:, :, h].transpose(1, 2) for h in range(num_kv_heads)], dim=1)
-    scores = scores.view(batch, num_kv_heads, group, num_new, k.shape[1]) / math.sqrt(head_dim)
-    scores = scores.masked_fill(~causal_mask(seq_lens - num_new, num_new, k.shape[1], q.device), float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype).view(batch, num_kv_heads, group * num_new, -1)
-    out = torch.stack([weights[:, h] @ v[:, :, h] for h in range(num_kv_heads)], dim=1)  # (batch, kv_heads, group*new, head_dim)
-    return out.view(batch, num_heads, num_new, head_dim)
+    shape = (num_kv_heads, batch, group * num_new, num_keys)
+    scores = q.new_empty(shape) if scores_buffer is None else scores_buffer.view(shape, q)
+    for h in range(num_kv_heads):  # scores[h] = q[:, h] @ k[:, :, h]^T / sqrt(head_dim)
+        torch.baddbmm(scores[h], q[:, h], k[:, :, h].transpose(1, 2), beta=0, alpha=1 / math.sqrt(head_dim), out=scores[h])
+    if mask.bias is not None:
+        scores.view(num_kv_heads, batch, group, num_new, num_keys).add_(mask.bias[:, None])
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # float32 softmax, as for 16-bit caches
+    out = q.new_empty(num_kv_heads, batch, group * num_new, head_dim)
+    for h in range(num_kv_heads):
+        torch.bmm(weights[h], v[:, :, h], out=out[h])
+    return out.transpose(0, 1).reshape(batch, num_heads, num_new, head_dim)
 
 
 class PagedKVCache:
@@ -132,7 +177,7 @@ class PagedKVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.num_layers = config.num_layers
-        self._buffers = (GatherBuffer(), GatherBuffer())  # shared by all layers: they run one after another
+        self._buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())  # K, V, scores: shared by all layers, which run in turn
         self._batch: list[int] = []
         self._step: dict = {}
 
@@ -183,10 +228,12 @@ class PagedKVCache:
         self._check_private(slots)
         tables = [manager.block_table(s) for s in self._batch]
         width = max(map(len, tables))
+        seq_lens = torch.tensor(starts, device=device) + num_new
         self._step = {
             "slot_mapping": torch.tensor(slots, dtype=torch.long, device=device),  # (batch * num_new,)
             "block_tables": torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device),
-            "seq_lens": torch.tensor(starts, device=device) + num_new,
+            "seq_lens": seq_lens,
+            "mask": key_mask(seq_lens, num_new, self.k.dtype, lengths=[s + num_new for s in starts]),  # for every layer
         }
         return torch.tensor(starts, device=device)[:, None] + torch.arange(num_new, device=device)
 
@@ -203,7 +250,7 @@ class PagedKVCache:
         flat = (-1, num_kv_heads, head_dim)  # the pool as one row per slot: (num_blocks * block_size, kv_heads, head_dim)
         self.k[layer].view(flat)[step["slot_mapping"]] = k.transpose(1, 2).reshape(flat)
         self.v[layer].view(flat)[step["slot_mapping"]] = v.transpose(1, 2).reshape(flat)
-        out = paged_attention(q, self.k[layer], self.v[layer], step["block_tables"], step["seq_lens"], self._buffers)
+        out = paged_attention(q, self.k[layer], self.v[layer], step["block_tables"], step["seq_lens"], self._buffers, step["mask"])
         if layer == self.num_layers - 1:  # the forward pass is complete: these K/V now exist
             for seq_id in self._batch:
                 self.manager.mark_computed(seq_id)

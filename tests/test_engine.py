@@ -6,7 +6,7 @@ import math
 import pytest
 
 from kvlib import KVLibError
-from kvlib.engine import calibrate, outputs_match_solo, run_engine, solo_tokens
+from kvlib.engine import calibrate, decode_lengths, outputs_match_solo, run_engine, solo_tokens
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.placement import POLICIES
 from kvlib.traces import TraceSpec, make_trace
@@ -51,7 +51,14 @@ def test_calibration_measures_every_point_and_fits_nonnegative_constants():
     calibration = calibrate(MODEL, decode_points=((1, 8), (4, 8), (4, 128), (16, 64)), prefill_lengths=(8, 32),
                             repeats=1, rounds=1, progress=False)
     assert [r["kind"] for r in calibration.rows] == ["decode"] * 4 + ["prefill"] * 2
-    assert [r["context_tokens"] for r in calibration.rows[:4]] == [8, 32, 512, 1024]
+    # the lengths of a point differ by less than a block of 16: 8, 7, 6, 5 for (4, 8)
+    assert [r["context_tokens"] for r in calibration.rows[:4]] == [8, 8 + 7 + 6 + 5, 128 + 127 + 126 + 125, sum(range(49, 65))]
     assert all(r["seconds"] > 0 and r["fitted_s"] > 0 for r in calibration.rows)
     model = calibration.model
     assert model.fixed_s > 0 and min(model.per_seq_s, model.per_context_s, model.per_prefill_s) >= 0
+
+
+def test_calibration_lengths_differ_by_less_than_a_block():
+    assert decode_lengths(3, 2, 16) == [2, 1, 2]
+    lengths = decode_lengths(40, 100, 16)
+    assert max(lengths) == 100 and min(lengths) == 85 and len(set(lengths)) == 16

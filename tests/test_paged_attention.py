@@ -198,3 +198,22 @@ def test_paged_attention_rejects_mismatched_shapes():
         paged_attention(case.q[:, :3], case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
     with pytest.raises(KVLibError, match="KV heads"):
         paged_attention(case.q[..., :8], case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
+
+
+def test_key_mask_is_needed_only_for_several_queries_or_different_lengths():
+    from kvlib.paged_attention import GatherBuffer, key_mask, paged_attention
+
+    same = key_mask(torch.tensor([7, 7, 7]), num_new=1)
+    assert same.num_keys == 7 and same.bias is None  # single-token steps over one length: nothing to hide
+    mixed = key_mask(torch.tensor([3, 5]), num_new=2)
+    hidden = torch.isinf(mixed.bias)
+    # query 0 of the 3-token sequence sits at position 1: it sees keys 0-1; query 1 keys 0-2; keys 3-4 are padding
+    assert hidden[0].tolist() == [[False, False, True, True, True], [False, False, False, True, True]]
+    assert hidden[1].tolist() == [[False, False, False, False, True], [False, False, False, False, False]]
+    assert key_mask(torch.tensor([3, 5]), 2, lengths=[3, 5]).num_keys == 5
+    case = random_decode_case([5, 40, 17], 8, 8, 2, head_dim=16, num_new=3, seed=4)
+    given = key_mask(case.seq_lens, 3)
+    buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())  # a third buffer holds the scores
+    plain = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
+    reused = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers, given)
+    assert torch.equal(plain, reused)
