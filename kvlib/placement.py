@@ -8,11 +8,14 @@ Four placement policies share one budget:
 - ``paged``: blocks of 16 slots from a :class:`~kvlib.paged.BlockManager`, one more block
   only when the last is full.
 
-These are the vLLM paper's Orca-Max, Orca-Pow2, Orca-Oracle and vLLM. A reservation is
-placed first-fit in a line of slots (:class:`ContiguousAllocator`), so reserving leaves
-gaps between requests. Every memory answers the scheduler of :mod:`kvlib.serving` in the
-same words: ``admit`` a request, ``append`` a slot for its newest token (``paged`` may
-say no), ``release`` it, and ``breakdown``: where every slot of the budget is.
+These are the vLLM paper's Orca-Max, Orca-Pow2, Orca-Oracle and vLLM. The paper built its
+own Orca and assumed that it places each reservation with the buddy allocation algorithm
+(Kwon et al. 2023, Section 6.1); :class:`BuddyAllocator` does that, so every reservation
+occupies a block of a power-of-two size. :class:`ContiguousAllocator` (first fit, no
+rounding) is kept to show what the allocator itself costs. Every memory answers the
+scheduler of :mod:`kvlib.serving` in the same words: ``admit`` a request, ``append`` a slot
+for its newest token (``paged`` may say no), ``release`` it, and ``breakdown``: where every
+slot of the budget is.
 """
 
 from __future__ import annotations
@@ -28,15 +31,26 @@ if TYPE_CHECKING:
     from kvlib.serving import SeqState, StepPlan
 
 POLICIES = ("max", "pow2", "oracle", "paged")
+ALLOCATORS = ("buddy", "first-fit")  # how a reservation policy places its contiguous ranges
 CATEGORIES = ("tokens", "reserved", "internal", "external", "free")  # where every slot of the budget is
 
 
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (n itself if it is one)."""
+    return 1 << (n - 1).bit_length()
+
+
 def reservation_slots(policy: str, request: Request, max_len: int) -> int:
-    """Slots a reserving policy sets aside for a request when it starts."""
+    """Slots a reserving policy asks for when a request starts (before any allocator rounding).
+
+    As the vLLM paper defines its baselines (Section 6.1): ``max`` reserves the model's
+    maximum length, ``pow2`` the prompt plus the output length rounded up to a power of two
+    (at most twice the output: 25 output tokens get 32 slots), ``oracle`` the true length.
+    """
     if policy == "max":
         return max_len
     if policy == "pow2":
-        return min(max_len, 1 << (request.total_len - 1).bit_length())
+        return min(max_len, request.prompt_len + next_pow2(request.output_len))
     if policy == "oracle":
         return request.total_len
     raise KVLibError(f"unknown reservation policy {policy!r}; choose from max, pow2, oracle")
@@ -52,6 +66,11 @@ class ContiguousAllocator:
     def __init__(self, num_slots: int):
         self.num_slots = num_slots
         self.gaps: list[tuple[int, int]] = [(0, num_slots)]
+
+    @staticmethod
+    def footprint(size: int) -> int:
+        """Slots a range of ``size`` occupies: exactly ``size``."""
+        return size
 
     @property
     def num_free(self) -> int:
@@ -80,25 +99,95 @@ class ContiguousAllocator:
         self.gaps.insert(i, (start, size))
 
 
+class BuddyAllocator:
+    """Buddy allocation of contiguous ranges in a line of ``num_slots`` slots (Knuth's buddy system).
+
+    A range occupies a block of 2^k slots that starts at a multiple of 2^k, the smallest
+    such block that holds it: a request of 520 slots takes 1,024. A free block is split in
+    halves ("buddies") until it fits; when a block is freed and its buddy is free too, the
+    two merge back. A budget that is not a power of two is cut into the powers of two of
+    its binary digits, largest first (15,792 = 8,192 + 4,096 + 2,048 + 1,024 + 256 + 128 +
+    32 + 16), which never merge with each other. Among free blocks large enough, the
+    smallest is split, at the lowest address.
+    """
+
+    def __init__(self, num_slots: int):
+        self.num_slots = num_slots
+        self.free_blocks: dict[int, set[int]] = {}  # order k -> starts of free blocks of 2^k slots
+        self.region_orders: dict[int, int] = {}  # start of each top-level block -> its order
+        start = 0
+        for order in reversed(range(num_slots.bit_length())):
+            if num_slots >> order & 1:
+                self.region_orders[start] = order
+                self.free_blocks.setdefault(order, set()).add(start)
+                start += 1 << order
+        self.region_starts = sorted(self.region_orders)
+
+    @staticmethod
+    def footprint(size: int) -> int:
+        """Slots a range of ``size`` occupies: the next power of two."""
+        return next_pow2(size)
+
+    @property
+    def num_free(self) -> int:
+        return sum(len(starts) << order for order, starts in self.free_blocks.items())
+
+    @property
+    def largest_gap(self) -> int:
+        return max((1 << order for order, starts in self.free_blocks.items() if starts), default=0)
+
+    def allocate(self, size: int) -> int | None:
+        """Start of a block of ``footprint(size)`` slots, or ``None`` if no free block is that large."""
+        order = (size - 1).bit_length()
+        fitting = [k for k, starts in self.free_blocks.items() if k >= order and starts]
+        if not fitting:
+            return None
+        k = min(fitting)
+        start = min(self.free_blocks[k])
+        self.free_blocks[k].remove(start)
+        while k > order:  # split: keep the lower half, free the upper one
+            k -= 1
+            self.free_blocks.setdefault(k, set()).add(start + (1 << k))
+        return start
+
+    def free(self, start: int, size: int) -> None:
+        order = (size - 1).bit_length()
+        region = self.region_starts[bisect.bisect(self.region_starts, start) - 1]
+        while order < self.region_orders[region]:
+            buddy = start ^ (1 << order)  # blocks are aligned to their size, so the buddy differs in one bit
+            if buddy not in self.free_blocks.get(order, ()):
+                break
+            self.free_blocks[order].remove(buddy)
+            start, order = min(start, buddy), order + 1
+        self.free_blocks.setdefault(order, set()).add(start)
+
+
 class ReservedMemory:
     """``max``, ``pow2`` or ``oracle``: one contiguous reservation per request, held until it finishes.
 
+    ``allocator``: ``"buddy"`` (the paper's assumption, the default) or ``"first-fit"``.
     ``manager`` (optional) mirrors the tokens into a block manager: the real engine stores
     K/V in paged blocks whatever the policy, and only admits by the reservation.
     """
 
-    def __init__(self, policy: str, num_slots: int, max_len: int, manager: BlockManager | None = None):
+    def __init__(self, policy: str, num_slots: int, max_len: int, manager: BlockManager | None = None,
+                 allocator: str = "buddy"):
         reservation_slots(policy, Request(0, 0.0, (0,), 1), max_len)  # validates the name
+        if allocator not in ALLOCATORS:
+            raise KVLibError(f"unknown allocator {allocator!r}; choose from {', '.join(ALLOCATORS)}")
         if max_len > num_slots:
             raise KVLibError(f"a budget of {num_slots} slots cannot hold one request of {max_len} tokens")
         self.policy, self.max_len, self.manager = policy, max_len, manager
-        self.allocator = ContiguousAllocator(num_slots)
+        self.allocator = BuddyAllocator(num_slots) if allocator == "buddy" else ContiguousAllocator(num_slots)
+        if self.allocator.largest_gap < self.allocator.footprint(max_len):
+            raise KVLibError(f"no block of a budget of {num_slots} slots holds one request of {max_len} tokens")
         self.placed: dict[int, tuple[int, int]] = {}  # seq_id -> (start, size)
         self.num_slots = num_slots
         self.num_reserved = 0  # slots reserved, over running requests
         self.num_needed = 0  # of which a request will fill: min(reservation, true total length)
 
     def need(self, seq: SeqState) -> int:
+        """Slots the policy asks for (the allocator may round them up: see ``allocator.footprint``)."""
         return reservation_slots(self.policy, seq.request, self.max_len)
 
     def admit(self, seq: SeqState) -> int | None:
@@ -106,9 +195,10 @@ class ReservedMemory:
         start = self.allocator.allocate(self.need(seq))
         if start is None:
             return None
-        self.placed[seq.seq_id] = (start, self.need(seq))
-        self.num_reserved += self.need(seq)
-        self.num_needed += min(self.need(seq), seq.request.total_len)
+        size = self.allocator.footprint(self.need(seq))
+        self.placed[seq.seq_id] = (start, size)
+        self.num_reserved += size
+        self.num_needed += min(size, seq.request.total_len)
         if self.manager is not None and self.manager.allocate(seq.seq_id, seq.tokens) is None:
             raise KVLibError("the storage behind a reservation policy ran out of blocks")
         return 0
@@ -135,11 +225,13 @@ class ReservedMemory:
         """Slots per category of :data:`CATEGORIES`; ``held`` = slots holding tokens.
 
         ``reserved``: slots for tokens the requests will still produce; ``internal``: slots
-        reserved beyond a request's true total length; ``external``: free slots while the
-        first waiting request could be placed if they were one range but no gap holds it.
+        reserved beyond a request's true total length (by the policy, or by the allocator's
+        rounding); ``external``: free slots while the first waiting request could be placed
+        if they were one range but no gap holds it.
         """
         free = self.num_slots - self.num_reserved
-        blocked = head is not None and self.allocator.largest_gap < self.need(head) <= free
+        footprint = self.allocator.footprint(self.need(head)) if head is not None else 0
+        blocked = head is not None and self.allocator.largest_gap < footprint <= free
         external = free if blocked else 0
         return held, self.num_needed - held, self.num_reserved - self.num_needed, external, free - external
 
@@ -243,12 +335,12 @@ class PagedMemory:
 
 
 def make_memory(policy: str, num_slots: int, max_len: int, block_size: int = 16, manager: BlockManager | None = None,
-                enable_prefix_caching: bool = False):
-    """The memory of one policy over a budget of ``num_slots`` token slots."""
+                enable_prefix_caching: bool = False, allocator: str = "buddy"):
+    """The memory of one policy over a budget of ``num_slots`` token slots (``allocator``: reservation policies only)."""
     if policy == "paged":
         if manager is None and enable_prefix_caching:
             manager = BlockManager(num_slots // block_size, block_size, enable_prefix_caching=True)
         return PagedMemory(manager or BlockCounter(num_slots // block_size, block_size), max_len)
     if policy not in POLICIES:
         raise KVLibError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
-    return ReservedMemory(policy, num_slots, max_len, manager)
+    return ReservedMemory(policy, num_slots, max_len, manager, allocator)

@@ -15,6 +15,7 @@ from kvlib.placement import (
     CATEGORIES,
     POLICIES,
     BlockCounter,
+    BuddyAllocator,
     ContiguousAllocator,
     PagedMemory,
     ReservedMemory,
@@ -37,9 +38,10 @@ def request(req_id, prompt_len, output_len, arrival=0.0):
 
 def test_reservations_of_each_policy():
     r = request(0, 300, 300)
-    assert [reservation_slots(p, r, 2048) for p in ("max", "pow2", "oracle")] == [2048, 1024, 600]
-    assert reservation_slots("pow2", request(0, 256, 256), 2048) == 512  # an exact power of two is not doubled
-    assert reservation_slots("pow2", request(0, 1500, 100), 2048) == 2048  # capped at the maximum length
+    assert [reservation_slots(p, r, 2048) for p in ("max", "pow2", "oracle")] == [2048, 300 + 512, 600]
+    assert reservation_slots("pow2", request(0, 40, 25), 2048) == 40 + 32  # the paper's example: 25 output tokens get 32
+    assert reservation_slots("pow2", request(0, 100, 256), 2048) == 356  # an exact power of two is not doubled
+    assert reservation_slots("pow2", request(0, 1500, 540), 2048) == 2048  # 1,500 + 1,024, capped at the maximum length
     with pytest.raises(KVLibError, match="unknown reservation policy"):
         reservation_slots("paged", r, 2048)
 
@@ -105,8 +107,56 @@ def seq_state(req):
     return SeqState(req, list(req.prompt))
 
 
+def test_buddy_blocks_are_powers_of_two_split_in_halves_and_merged_back():
+    alloc = BuddyAllocator(24)  # top-level blocks of 16 (at 0) and 8 (at 16)
+    assert alloc.footprint(5) == 8 and alloc.footprint(8) == 8 and alloc.footprint(1) == 1
+    assert alloc.allocate(5) == 16  # the smallest free block that holds 8 slots: the top-level 8
+    assert alloc.allocate(3) == 0  # splits 16 into 8 + 8, then 8 into 4 + 4
+    assert alloc.free_blocks[2] == {4} and alloc.free_blocks[3] == {8} and alloc.num_free == 12
+    assert alloc.allocate(9) is None and alloc.largest_gap == 8  # 12 slots free, no block of 16
+    alloc.free(0, 3)  # merges with its buddy 4, then with 8: the 16 is whole again
+    assert alloc.free_blocks[4] == {0} and not alloc.free_blocks[2] and not alloc.free_blocks[3]
+    alloc.free(16, 5)  # the two top-level blocks never merge
+    assert alloc.num_free == 24 and alloc.largest_gap == 16
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(40, 300), st.lists(st.tuples(st.booleans(), st.integers(1, 40)), min_size=1, max_size=60))
+def test_buddy_blocks_never_overlap_and_stay_aligned(num_slots, ops):
+    alloc, placed = BuddyAllocator(num_slots), []
+    for is_alloc, size in ops:
+        if is_alloc or not placed:
+            start = alloc.allocate(size)
+            if start is not None:
+                placed.append((start, alloc.footprint(size), size))
+        else:
+            start, _, size = placed.pop(size % len(placed))
+            alloc.free(start, size)
+        used = sorted(placed)
+        assert all(s1 + n1 <= s2 for (s1, n1, _), (s2, _, _) in zip(used, used[1:]))
+        assert all(start % block == 0 and start + block <= num_slots for start, block, _ in placed)
+        assert alloc.num_free == num_slots - sum(block for _, block, _ in placed)
+    for start, _, size in placed:
+        alloc.free(start, size)
+    assert alloc.num_free == num_slots and alloc.largest_gap == 1 << (num_slots.bit_length() - 1)  # merged back
+
+
+def test_the_buddy_allocator_rounds_reservations_into_internal_fragmentation():
+    memory = ReservedMemory("oracle", 64, 32)  # buddy by default
+    seq = seq_state(request(0, 10, 10))  # 20 true tokens in a block of 32
+    assert memory.admit(seq) == 0 and memory.num_reserved == 32
+    assert memory.breakdown(10, None) == (10, 10, 12, 0, 32)  # tokens, reserved, internal, external, free
+    first_fit = ReservedMemory("oracle", 64, 32, allocator="first-fit")
+    first_fit.admit(seq)
+    assert first_fit.breakdown(10, None) == (10, 10, 0, 0, 44)
+    with pytest.raises(KVLibError, match="unknown allocator"):
+        ReservedMemory("oracle", 64, 32, allocator="best-fit")
+    with pytest.raises(KVLibError, match="no block"):
+        ReservedMemory("max", 48, 48)  # 48 = 32 + 16: no block holds 48 tokens
+
+
 def test_external_fragmentation_is_free_memory_in_gaps_too_small_for_the_next_request():
-    memory = ReservedMemory("oracle", 12, 12)
+    memory = ReservedMemory("oracle", 12, 12, allocator="first-fit")
     seqs = [seq_state(request(i, 2, 2)) for i in range(3)]  # 4 slots each: the budget is full
     for seq in seqs:
         assert memory.admit(seq) == 0
@@ -157,7 +207,7 @@ def test_every_request_completes_and_the_budget_is_always_accounted_for(policy):
 def test_first_come_first_served_and_continuous_batching():
     # budget for two max-length requests; the third waits until the first finishes, then joins mid-run
     requests = [request(0, 10, 5), request(1, 10, 50), request(2, 10, 5), request(3, 10, 5)]
-    result = run_all(requests, "max", 200, max_len=100)
+    result = run_all(requests, "max", 256, max_len=128)
     finish = {s.seq_id: s.finish_s for s in result.finished}
     first = {s.seq_id: s.first_token_s for s in result.finished}
     assert first[2] > first[0] and first[2] == finish[0] + 1  # admitted at the step after request 0 left

@@ -1,5 +1,5 @@
-"""Exercises of chapter 4: a KV budget, what a reservation wastes, a half-empty reservation,
-batch size against throughput, and the pow2 policy as code.
+"""Exercises of chapter 4: a KV budget, what a reservation (and its buddy block) wastes, a
+half-empty reservation, batch size against throughput, and the pow2 policy as code.
 
 Each ``check_4_k`` computes the expected answer with kvlib (never typed in) and recognises
 the usual mistakes by the numbers they produce.
@@ -8,7 +8,7 @@ the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib.exercises.ch2 import _numeric  # the same tolerant comparison as chapter 2
-from kvlib.placement import reservation_slots
+from kvlib.placement import BuddyAllocator, reservation_slots
 from kvlib.serving_measure import kv_budget, roofline_step_model
 from kvlib.sizing import GiB
 from kvlib.traces import Request
@@ -42,20 +42,21 @@ def check_4_1(answer):
 
 
 def solve_4_2() -> int:
-    """True total 600 tokens; pow2 reserves 1,024; 424 slots stay empty."""
+    """pow2 asks for 300 + 512 = 812 slots; the buddy allocator gives a block of 1,024; 600 of them hold tokens."""
     return 1024 - (300 + 300)
 
 
 def check_4_2(answer):
     request = Request(0, 0.0, tuple(range(300)), 300)
-    reserved = reservation_slots("pow2", request, MAX_LEN)
-    return _numeric(answer, reserved - request.total_len, {
-        reserved: "that is the whole reservation; the question asks how many of its slots never hold a token",
-        reserved - request.prompt_len: "the output's 300 tokens will fill slots too: subtract the true total length",
-        MAX_LEN - request.total_len: "that is what max reserves in vain; pow2 reserves the next power of two of 600",
-        0: "the oracle wastes nothing beyond the true length; pow2 rounds up to a power of two",
-        512 - request.total_len: "512 is smaller than 600: round UP to the next power of two",
-    }, rel=0, what="next power of two of (prompt + output), minus (prompt + output)")
+    asked = reservation_slots("pow2", request, MAX_LEN)
+    block = BuddyAllocator.footprint(asked)
+    return _numeric(answer, block - request.total_len, {
+        asked - request.total_len: f"pow2 asks for {asked} slots, but the buddy allocator hands out a power of two: {block}",
+        block: "that is the whole block; the question asks how many of its slots never hold a token",
+        block - request.prompt_len: "the output's 300 tokens will fill slots too: subtract the true total length",
+        MAX_LEN - request.total_len: "that is what max reserves in vain; pow2 rounds the OUTPUT up to a power of two",
+        0: "the oracle's request has no slack, but even its block is rounded to a power of two",
+    }, rel=0, what="block of next_pow2(prompt + next_pow2(output)) slots, minus (prompt + output)")
 
 
 # ---- 4.3 a half-empty reservation
@@ -105,46 +106,51 @@ def check_4_4(answer):
 
 
 def solve_4_5():
-    """The smallest power of two >= total_len, capped at max_len."""
+    """The prompt plus the output rounded up to a power of two, capped at max_len."""
 
-    def pow2_slots(total_len: int, max_len: int) -> int:
-        return min(max_len, 1 << (total_len - 1).bit_length())
+    def pow2_slots(prompt_len: int, output_len: int, max_len: int) -> int:
+        return min(max_len, prompt_len + (1 << (output_len - 1).bit_length()))
 
     return pow2_slots
 
 
 def check_4_5(answer):
     if not callable(answer):
-        return "answer with a function pow2_slots(total_len, max_len) -> slots"
-    cases = [(n, MAX_LEN) for n in (2, 3, 15, 16, 17, 499, 512, 513, 1024, 1500, 2047, 2048)] + [(600, 1000), (513, 768)]
-    for total, max_len in cases:
-        expected = reservation_slots("pow2", Request(0, 0.0, (0,) * (total - 1), 1), max_len)
+        return "answer with a function pow2_slots(prompt_len, output_len, max_len) -> slots"
+    cases = [(40, 25, MAX_LEN), (10, 16, MAX_LEN), (1, 1, MAX_LEN), (10, 17, MAX_LEN), (161, 338, MAX_LEN), (500, 512, MAX_LEN),
+             (7, 1000, MAX_LEN), (1500, 540, MAX_LEN), (300, 300, 700), (3, 5, 10)]
+    for prompt, output, max_len in cases:
+        expected = reservation_slots("pow2", Request(0, 0.0, (0,) * prompt, output), max_len)
         try:
-            got = answer(total, max_len)
+            got = answer(prompt, output, max_len)
         except Exception as error:  # the reader's code: report, do not crash
             return f"your function raised {type(error).__name__}: {error}"
         if got == expected:
             continue
-        if got == 2 * total and total & (total - 1) == 0:
-            return f"for {total}, an exact power of two, reserve {total} itself, not twice as much"
+        if got == min(max_len, 1 << (prompt + output - 1).bit_length()):
+            return "round the OUTPUT length up to a power of two and add the prompt; the paper's pow2 does not round the prompt"
+        if got == min(max_len, prompt + output):
+            return "that is the oracle's reservation (the true length); pow2 rounds the output up to a power of two"
+        if output & (output - 1) == 0 and got == min(max_len, prompt + 2 * output):
+            return f"an output of {output} tokens is already a power of two: reserve {output} for it, not twice as much"
         if got > max_len:
-            return f"for {total} you reserve {got}, more than max_len = {max_len}: cap it"
-        if got < total:
-            return f"for {total} you reserve only {got}: the reservation must hold the whole request"
-        return f"for total_len {total}, max_len {max_len}: expected {expected}, got {got}"
+            return f"for prompt {prompt}, output {output} you reserve {got}, more than max_len = {max_len}: cap it"
+        if got < prompt + output:
+            return f"for prompt {prompt}, output {output} you reserve only {got}: the reservation must hold the whole request"
+        return f"for prompt {prompt}, output {output}, max_len {max_len}: expected {expected}, got {got}"
     return None
 
 
 WRONG_ANSWERS = {
     "4.1": [1465, 968, 2317, 18528, 1158 * 2],
-    "4.2": [1024, 724, 1448, 0, -88],
+    "4.2": [212, 1024, 724, 1448, 0],
     "4.3": [0.5, 0.8, 0.2, 0.399, 60.1],
     "4.4": [2.0, 0.597, 1.0, 1.3],
     "4.5": [
-        lambda n, m: min(m, 1 << n.bit_length()),
-        lambda n, m: 1 << (n - 1).bit_length(),
-        lambda n, m: min(m, 1 << (n.bit_length() - 1)),
-        lambda n, m: min(m, n),
+        lambda p, o, m: min(m, 1 << (p + o - 1).bit_length()),
+        lambda p, o, m: min(m, p + (1 << o.bit_length())),
+        lambda p, o, m: p + (1 << (o - 1).bit_length()),
+        lambda p, o, m: min(m, p + o),
         "pow2",
     ],
 }
