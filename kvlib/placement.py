@@ -296,6 +296,8 @@ class PagedMemory:
     policy = "paged"
 
     def __init__(self, manager: BlockManager | BlockCounter, max_len: int, watermark: float = 0.01):
+        if not 0 <= watermark < 1:
+            raise KVLibError(f"the watermark is a share of the blocks in [0, 1), not {watermark}")
         self.manager, self.max_len = manager, max_len
         self.watermark_blocks = int(watermark * manager.num_blocks)
         if manager.num_blocks_for(max_len) + self.watermark_blocks > manager.num_blocks:
@@ -335,12 +337,16 @@ class PagedMemory:
 
 
 def make_memory(policy: str, num_slots: int, max_len: int, block_size: int = 16, manager: BlockManager | None = None,
-                enable_prefix_caching: bool = False, allocator: str = "buddy"):
-    """The memory of one policy over a budget of ``num_slots`` token slots (``allocator``: reservation policies only)."""
+                enable_prefix_caching: bool = False, allocator: str = "buddy", watermark: float = 0.01):
+    """The memory of one policy over a budget of ``num_slots`` token slots.
+
+    ``allocator`` concerns the reservation policies, ``watermark`` (the share of blocks
+    admission keeps free) the paged one.
+    """
     if policy == "paged":
         if manager is None and enable_prefix_caching:
             manager = BlockManager(num_slots // block_size, block_size, enable_prefix_caching=True)
-        return PagedMemory(manager or BlockCounter(num_slots // block_size, block_size), max_len)
+        return PagedMemory(manager or BlockCounter(num_slots // block_size, block_size), max_len, watermark)
     if policy not in POLICIES:
         raise KVLibError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     return ReservedMemory(policy, num_slots, max_len, manager, allocator)

@@ -36,6 +36,7 @@ PAPER_RATE_VS_ORACLE = (1.7, 2.7)  # request rate sustained at similar latency, 
 PAPER_RATE_VS_MAX = (2.7, 8.0)  # vLLM / Orca-Max (ShareGPT)
 PAPER_SAVING_PARALLEL = (0.061, 0.098)  # KV memory saved by sharing, parallel sampling n = 2..6 (Alpaca)
 PAPER_SAVING_BEAM = (0.376, 0.552)  # beam search, width 2..6 (Alpaca)
+ONE_PER_STEP = StepTimeModel(1.0, 0.0, 0.0, 0.0, source="one time unit per step")  # for runs whose clock does not matter
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,35 @@ def regime_curve(runs: dict[str, RunResult], step_model: StepTimeModel, shares) 
     point = operating_point(runs["paged"])
     return [{"fixed share": s, **{f"paged / {p}": r for p, r in ratios(runs, with_fixed_share(step_model, s, *point)).items()}}
             for s in shares]
+
+
+def share_needed(curve: list[dict], policy: str, ratio: float) -> float | None:
+    """Smallest fixed share of a decode step at which paged's throughput reaches ``ratio`` times
+    ``policy``'s on a :func:`regime_curve` (interpolated between its points); ``None`` if it never does."""
+    points = [(row["fixed share"], row[f"paged / {policy}"]) for row in curve]
+    for (s0, r0), (s1, r1) in zip(points, points[1:]):
+        if r0 >= ratio:
+            return s0
+        if r1 >= ratio:
+            return s0 + (s1 - s0) * (ratio - r0) / (r1 - r0)
+    return None if points[-1][1] < ratio else points[-1][0]
+
+
+def watermark_sweep(requests, num_slots: int, max_len: int, watermarks, runs: dict[str, RunResult],
+                    step_model: StepTimeModel, progress: bool = True) -> list[dict]:
+    """``paged`` with several admission watermarks (the share of blocks kept free when a request
+    is admitted), every request queued at time 0: preemptions, the prompt tokens prefilled
+    (recomputation included) per prompt token, memory use, and throughput over the
+    reservation policies of ``runs`` when timed by ``step_model``."""
+    prompt_tokens = sum(r.prompt_len for r in requests)
+    rows = []
+    for watermark in tqdm(watermarks, desc="watermarks", disable=not progress):
+        run = simulate(requests, "paged", num_slots, ONE_PER_STEP, max_len, watermark=watermark)
+        rows.append({"watermark (%)": 100 * watermark, "preemptions": run.num_preemptions,
+                     "prefilled / prompt tokens": float(run.steps["prefill_tokens"].sum()) / prompt_tokens,
+                     "tokens (%)": 100 * run.utilisation, "mean batch": run.mean_batch,
+                     **{f"paged / {p}": r for p, r in ratios({**runs, "paged": run}, step_model).items()}})
+    return rows
 
 
 def latency_curve(spec: TraceSpec, policies, rates: dict[str, list[float]], num_requests: int, num_slots: int,

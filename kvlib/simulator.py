@@ -162,12 +162,13 @@ def result_from(scheduler: Scheduler, policy: str, durations: list[float]) -> Ru
 
 def simulate(requests: list[Request], policy: str, num_slots: int, step_model: StepTimeModel, max_len: int = 2048,
              block_size: int = 16, config: SchedulerConfig = SchedulerConfig(), enable_prefix_caching: bool = False,
-             allocator: str = "buddy") -> RunResult:
+             allocator: str = "buddy", watermark: float = 0.01) -> RunResult:
     """Serve ``requests`` with one policy and a budget of ``num_slots`` token slots; time from ``step_model``.
 
     Every request completes (requests are never dropped); tokens are placeholders (0),
     since only lengths and timing matter here. ``allocator`` places the reservations of
-    ``max``, ``pow2`` and ``oracle`` (see :func:`kvlib.placement.make_memory`).
+    ``max``, ``pow2`` and ``oracle``; ``watermark`` is the share of blocks ``paged`` keeps
+    free at admission (see :func:`kvlib.placement.make_memory`).
     """
     if not requests:
         raise KVLibError("simulate needs at least one request")
@@ -175,7 +176,7 @@ def simulate(requests: list[Request], policy: str, num_slots: int, step_model: S
     if longest > max_len:
         raise KVLibError(f"a request of {longest} tokens exceeds max_len {max_len}")
     memory = make_memory(policy, num_slots, max_len, block_size, enable_prefix_caching=enable_prefix_caching,
-                         allocator=allocator)
+                         allocator=allocator, watermark=watermark)
     scheduler = Scheduler(memory, requests, config)
     now, durations = 0.0, []
     while scheduler.has_work():

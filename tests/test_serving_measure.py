@@ -67,3 +67,23 @@ def test_the_flatter_the_step_the_larger_the_gain(runs):
         assert values == sorted(values) and values[0] < values[-1]
     n, ctx = sm.operating_point(runs["paged"])
     assert n > 1 and ctx > 1000
+
+
+def test_share_needed_interpolates_on_the_curve():
+    curve = [{"fixed share": s, "paged / max": r} for s, r in ((0.2, 1.5), (0.6, 2.5), (1.0, 3.0))]
+    assert sm.share_needed(curve, "max", 2.0) == pytest.approx(0.4)
+    assert sm.share_needed(curve, "max", 1.2) == 0.2  # reached at the first point already
+    assert sm.share_needed(curve, "max", 3.0) == pytest.approx(1.0)
+    assert sm.share_needed(curve, "max", 3.5) is None
+
+
+def test_a_higher_watermark_preempts_less_and_holds_fewer_tokens(runs):
+    requests = make_trace(SHAREGPT, 150, math.inf, seed=0)
+    rows = sm.watermark_sweep(requests, sm.kv_budget().num_slots, SHAREGPT.max_len, [0.0, 0.01, 0.1], runs,
+                              StepTimeModel(0.004, 3e-5, 3e-7, 3e-5), progress=False)
+    assert [r["watermark (%)"] for r in rows] == [0, 1, 10]
+    assert rows[0]["preemptions"] >= rows[1]["preemptions"] > rows[2]["preemptions"]
+    assert rows[0]["tokens (%)"] > rows[2]["tokens (%)"]
+    assert all(r["prefilled / prompt tokens"] >= 1 and r["paged / max"] > 1 for r in rows)
+    with pytest.raises(KVLibError, match="watermark"):
+        sm.watermark_sweep(requests, 4096, SHAREGPT.max_len, [1.0], runs, UNIT, progress=False)
