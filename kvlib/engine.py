@@ -166,7 +166,7 @@ def _prefill_s(model: TinyLlama, length: int, block_size: int, repeats: int) -> 
 
 
 def calibrate(model: TinyLlama, decode_points=DECODE_POINTS, prefill_lengths=PREFILL_LENGTHS, block_size: int = 16,
-              repeats: int = 5, rounds: int = 2, progress: bool = True) -> Calibration:
+              repeats: int = 5, rounds: int = 4, progress: bool = True) -> Calibration:
     """Time real decode steps and prefills of ``model`` on a paged cache and fit the step-time model.
 
     Every point is measured ``rounds`` times, the rounds one after another, and keeps its
