@@ -108,7 +108,7 @@ def outputs_match_solo(model: TinyLlama, result: RunResult) -> bool:
 # --------------------------------------------------------------------------- calibration
 
 DECODE_POINTS = ((1, 16), (1, 1024), (4, 16), (4, 2048), (16, 16), (16, 960), (64, 16), (64, 240))  # (sequences, tokens each)
-PREFILL_LENGTHS = (16, 128, 512)
+PREFILL_LENGTHS = (16, 128, 512, 1024)
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,37 @@ def key_mask(seq_lens: torch.Tensor, num_new: int, dtype: torch.dtype = torch.fl
     return KeyMask(num_keys, visibility_bias(seq_lens, num_new, num_keys, dtype))
 
 
+QUERY_CHUNK = 128  # queries of one sequence per pass in a long prefill (see paged_attention)
+
+
+def attend_gathered(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                    scores_buffer: GatherBuffer | None = None) -> torch.Tensor:
+    """Grouped attention of queries over gathered keys and values: the arithmetic of :func:`paged_attention`.
+
+    q: (batch, num_kv_heads, group, num_new, head_dim); k, v: (batch, keys, num_kv_heads, head_dim)
+    bias: (batch, num_new, keys) from :func:`visibility_bias`, or None if every query sees every key
+    returns: (num_kv_heads, batch, group * num_new, head_dim)
+
+    Each K/V head meets the queries of its group in two batched matrix products that read
+    the gathered K and V in place (a strided matrix: no copy per query head) and write
+    straight into one tensor of scores; the first also scales them.
+    """
+    batch, num_kv_heads, group, num_new, head_dim = q.shape
+    num_keys = k.shape[1]
+    q = q.reshape(batch, num_kv_heads, group * num_new, head_dim)  # each group's queries as rows
+    shape = (num_kv_heads, batch, group * num_new, num_keys)
+    scores = q.new_empty(shape) if scores_buffer is None else scores_buffer.view(shape, q)
+    for h in range(num_kv_heads):  # scores[h] = q[:, h] @ k[:, :, h]^T / sqrt(head_dim)
+        torch.baddbmm(scores[h], q[:, h], k[:, :, h].transpose(1, 2), beta=0, alpha=1 / math.sqrt(head_dim), out=scores[h])
+    if bias is not None:
+        scores.view(num_kv_heads, batch, group, num_new, num_keys).add_(bias[:, None])
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # float32 softmax, as for 16-bit caches
+    out = q.new_empty(num_kv_heads, batch, group * num_new, head_dim)
+    for h in range(num_kv_heads):
+        torch.bmm(weights[h], v[:, :, h], out=out[h])
+    return out
+
+
 def paged_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
     buffers: tuple[GatherBuffer, ...] | None = None, mask: KeyMask | None = None,
@@ -116,11 +147,11 @@ def paged_attention(
     returns: (batch, num_heads, num_new, head_dim)
 
     The blocks are gathered once in the pool's own token-major layout, and only as many
-    keys as the longest sequence has are read. Each K/V head then meets the queries of its
-    group in two batched matrix products that read the gathered K and V in place (a
-    strided matrix: no copy per query head) and write straight into one tensor of scores;
-    the first also scales them. Keys a query may not see (later positions, or the padding
-    of a shorter sequence) get -inf from the mask's bias before the softmax.
+    keys as the longest sequence has are read; :func:`attend_gathered` does the rest. Keys a
+    query may not see (later positions, or the padding of a shorter sequence) get -inf
+    from the mask's bias before the softmax. A long prefill goes through its queries
+    ``QUERY_CHUNK`` at a time, each chunk reading only the keys its last query sees: no
+    scores for the hidden upper triangle, and a chunk's scores fit in the processor's cache.
     """
     batch, num_heads, num_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
@@ -135,18 +166,17 @@ def paged_attention(
     k_buffer, v_buffer, scores_buffer = (*(buffers or ()), None, None, None)[:3]  # K, V and, optionally, scores
     k = gather_blocks(k_cache, tables, k_buffer)[:, :num_keys]  # (batch, keys, kv_heads, head_dim)
     v = gather_blocks(v_cache, tables, v_buffer)[:, :num_keys]
-    q = q.reshape(batch, num_kv_heads, group * num_new, head_dim)  # each group's queries as rows
-    shape = (num_kv_heads, batch, group * num_new, num_keys)
-    scores = q.new_empty(shape) if scores_buffer is None else scores_buffer.view(shape, q)
-    for h in range(num_kv_heads):  # scores[h] = q[:, h] @ k[:, :, h]^T / sqrt(head_dim)
-        torch.baddbmm(scores[h], q[:, h], k[:, :, h].transpose(1, 2), beta=0, alpha=1 / math.sqrt(head_dim), out=scores[h])
-    if mask.bias is not None:
-        scores.view(num_kv_heads, batch, group, num_new, num_keys).add_(mask.bias[:, None])
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # float32 softmax, as for 16-bit caches
-    out = q.new_empty(num_kv_heads, batch, group * num_new, head_dim)
-    for h in range(num_kv_heads):
-        torch.bmm(weights[h], v[:, :, h], out=out[h])
-    return out.transpose(0, 1).reshape(batch, num_heads, num_new, head_dim)
+    q = q.reshape(batch, num_kv_heads, group, num_new, head_dim)
+    if num_new <= QUERY_CHUNK:
+        out = attend_gathered(q, k, v, mask.bias, scores_buffer)  # (kv_heads, batch, group * new, head_dim)
+        return out.transpose(0, 1).reshape(batch, num_heads, num_new, head_dim)
+    out = q.new_empty(batch, num_kv_heads, group, num_new, head_dim)
+    for start in range(0, num_new, QUERY_CHUNK):
+        end = min(start + QUERY_CHUNK, num_new)
+        keys = num_keys - (num_new - end)  # the chunk's last query sees no key past these
+        part = attend_gathered(q[:, :, :, start:end], k[:, :keys], v[:, :keys], mask.bias[:, start:end, :keys], scores_buffer)
+        out[:, :, :, start:end] = part.view(num_kv_heads, batch, group, end - start, head_dim).transpose(0, 1)
+    return out.view(batch, num_heads, num_new, head_dim)
 
 
 class PagedKVCache:

@@ -217,3 +217,15 @@ def test_key_mask_is_needed_only_for_several_queries_or_different_lengths():
     plain = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
     reused = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers, given)
     assert torch.equal(plain, reused)
+
+
+@pytest.mark.parametrize("heads", [(8, 2), (8, 1)], ids=["GQA", "MQA"])
+def test_a_long_prefill_in_chunks_of_queries_equals_contiguous_attention(heads):
+    from kvlib.paged_attention import QUERY_CHUNK
+
+    num_new = 2 * QUERY_CHUNK + 37  # three chunks, the last one partial
+    case = random_decode_case([num_new, num_new + 90], 16, heads[0], heads[1], head_dim=16, num_new=num_new, seed=7)
+    assert paged_vs_contiguous_error(case) < ATOL
+    model = TinyLlama(ModelConfig(**{**SMALL, "num_kv_heads": heads[1]}))
+    prompts = prompts_of([num_new - 100, 30])  # the first prompt is prefilled in two chunks
+    assert generate_paged(model, prompts, 6, block_size=16).tokens == [contiguous_tokens(model, p, 6) for p in prompts]
