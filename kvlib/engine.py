@@ -169,9 +169,10 @@ def calibrate(model: TinyLlama, decode_points=DECODE_POINTS, prefill_lengths=PRE
               repeats: int = 5, rounds: int = 4, progress: bool = True) -> Calibration:
     """Time real decode steps and prefills of ``model`` on a paged cache and fit the step-time model.
 
-    Every point is measured ``rounds`` times, the rounds one after another, and keeps its
-    fastest repeat: a program that steals the processor can only make a repeat slower, and
-    is unlikely to hit the same point in every round. The sequences of a decode point
+    Every point is measured ``rounds`` times, the rounds one after another, each in its own
+    (seeded) order of points, and keeps its fastest repeat: a program that steals the
+    processor can only make a repeat slower, and is unlikely to hit the same point in
+    every round. The sequences of a decode point
     differ in length by less than a block (:func:`decode_lengths`), so the kernel masks,
     but reads almost no padding. On the CPU the model runs on one thread, as in the real
     engine.
@@ -180,8 +181,9 @@ def calibrate(model: TinyLlama, decode_points=DECODE_POINTS, prefill_lengths=PRE
     work = [("decode", n, length) for n, length in decode_points] + [("prefill", 1, length) for length in prefill_lengths]
     best = [math.inf] * len(work)
     with one_cpu_thread(device), tqdm(total=rounds * len(work), desc="calibration", disable=not progress) as bar:
-        for _ in range(rounds):
-            for i, (kind, n, length) in enumerate(work):
+        for round_ in range(rounds):
+            for i in np.random.default_rng(round_).permutation(len(work)):  # a new order in every round
+                kind, n, length = work[i]
                 if kind == "decode":
                     seconds = _decode_step_s(model, n, length, block_size, repeats)
                 else:
