@@ -21,14 +21,13 @@ step as slow as a large one; one thread gives every configuration the same condi
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention, repeat_kv_attention, sdpa_attention
-from kvlib.measure import Bandwidth, Timing, memory_bandwidth, pick_device, time_it
+from kvlib.measure import Bandwidth, Timing, memory_bandwidth, pick_device, time_it, torch_threads
 
 IMPLEMENTATIONS = {"grouped": grouped_attention, "repeat": repeat_kv_attention, "sdpa": sdpa_attention}
 
@@ -71,20 +70,6 @@ def decode_setup(device: torch.device | str | None = None, threads: int | None =
     if device.type == "cuda":
         return DecodeSetup(device, torch.float16, batch=8, contexts=(4096, 16384, 65536))
     return DecodeSetup(device, torch.float32, batch=1, contexts=(1024, 4096, 16384), threads=threads)
-
-
-@contextmanager
-def torch_threads(threads: int | None):
-    """Run the block with ``threads`` torch threads (no change for None), then restore the setting."""
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def probe_bandwidth(setup: DecodeSetup) -> Bandwidth:

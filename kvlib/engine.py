@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kvlib import KVLibError
-from kvlib.decode import torch_threads
+from kvlib.measure import torch_threads
 from kvlib.generate import generate
 from kvlib.measure import synchronize, time_it
 from kvlib.model import TinyLlama

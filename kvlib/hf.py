@@ -9,7 +9,7 @@ comparison with what users would run: :func:`to_hf` puts our weights into a
 without its own KV cache.
 
 ``transformers`` is imported only inside these functions (it takes seconds to import),
-and its logging is lowered to errors only while they run (``quiet_transformers``, which
+and its logging is lowered to errors only while they run (:func:`quiet_transformers`, which
 chapter 2's :mod:`kvlib.sizecheck` also uses): its generation code logs advice at
 warning level that would otherwise land on stderr.
 """
@@ -17,6 +17,7 @@ warning level that would otherwise land on stderr.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -24,9 +25,22 @@ import torch
 from kvlib import KVLibError
 from kvlib.measure import Timing, time_it
 from kvlib.model import ModelConfig, TinyLlama
-from kvlib.sizecheck import quiet_transformers  # transformers' logger lowered to errors inside a block
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is built locally; never reach the Hub
+
+
+@contextmanager
+def quiet_transformers():
+    """Silence transformers' own logging (its info/warning lines go to stderr) for the block."""
+    from transformers.utils import logging
+
+    before = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(before)
+
 
 HF_PREFIX = "model."  # LlamaForCausalLM keeps all but lm_head under .model
 

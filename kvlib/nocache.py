@@ -20,7 +20,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache import ConcatKVCache, ContiguousKVCache
-from kvlib.decode import torch_threads  # chapter 2's: run a block on n torch threads
+from kvlib.measure import torch_threads
 from kvlib.generate import MODES, Decoder, generate
 from kvlib.measure import Timing, pick_device, time_it
 from kvlib.model import ModelConfig, TinyLlama

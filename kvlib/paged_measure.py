@@ -11,7 +11,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention
-from kvlib.decode import torch_threads
+from kvlib.measure import torch_threads
 from kvlib.measure import pick_device, time_it
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import BlockManager

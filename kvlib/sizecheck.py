@@ -9,12 +9,12 @@ compared with :func:`kvlib.sizing.cache_bytes` for the same shapes.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from kvlib.decode import torch_threads
+from kvlib.hf import quiet_transformers
+from kvlib.measure import torch_threads
 from kvlib.sizing import cache_bytes, spec_from_config, spec_from_model_config
 
 
@@ -66,19 +66,6 @@ def kvlib_cache_checks(config, batch: int = 2, prompt_len: int = 5, num_new: int
         checks.append(CacheCheck(f"kvlib {mode}", spec.attention_kind, tokens, batch, measured,
                                  cache_bytes(spec, tokens, batch, "fp32")))
     return checks
-
-
-@contextmanager
-def quiet_transformers():
-    """Silence transformers' own logging (its info/warning lines go to stderr) for the block."""
-    from transformers.utils import logging
-
-    before = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(before)
 
 
 def transformers_cache_check(config, batch: int = 2, prompt_len: int = 5, num_new: int = 8, seed: int = 0) -> CacheCheck:

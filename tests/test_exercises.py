@@ -40,3 +40,15 @@ def test_unknown_exercises_are_named():
         exercises.check("99.1", 0)
     with pytest.raises(KVLibError, match="look like"):
         exercises.check("two", 0)
+
+
+def test_numeric_answer_accepts_close_names_known_mistakes_and_rejects_non_numbers():
+    from kvlib.exercises import numeric_answer
+
+    mistakes = {200.0: "you counted K only"}
+    assert numeric_answer(400.0, 400.0, mistakes) is None
+    assert numeric_answer(400.5, 400.0, mistakes) is None  # within the relative tolerance
+    assert numeric_answer(200.0, 400.0, mistakes) == "you counted K only"
+    assert "recompute" in numeric_answer(123.0, 400.0, mistakes)
+    assert "number" in numeric_answer("400", 400.0, mistakes)
+    assert "number" in numeric_answer(True, 400.0, mistakes)

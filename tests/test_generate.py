@@ -7,7 +7,7 @@ from tests.single_thread import one_torch_thread  # noqa: F401
 from kvlib import KVLibError
 from kvlib.generate import Decoder, generate
 from kvlib.model import ModelConfig, TinyLlama
-from kvlib.decode import torch_threads
+from kvlib.measure import torch_threads
 from kvlib.nocache import CPU_CONFIG
 
 SMALL = ModelConfig(vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=96, max_seq_len=128)

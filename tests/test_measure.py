@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from kvlib import KVLibError
-from kvlib.measure import Timing, hardware_report, memory_bandwidth, pick_device, time_it
+from kvlib.measure import Timing, hardware_report, memory_bandwidth, pick_device, time_it, torch_threads
 
 
 def test_pick_device_defaults_to_what_torch_sees(monkeypatch):
@@ -73,3 +73,12 @@ def test_memory_bandwidth_is_bytes_over_time():
 def test_memory_bandwidth_rejects_bad_sizes(num_bytes):
     with pytest.raises(KVLibError, match="num_bytes"):
         memory_bandwidth(num_bytes=num_bytes, device="cpu")
+
+
+def test_torch_threads_sets_then_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):  # None leaves the setting alone (what GPU callers pass)
+        assert torch.get_num_threads() == before

@@ -9,6 +9,7 @@ from tests.single_thread import one_torch_thread  # noqa: F401
 from kvlib import KVLibError
 from kvlib.cache import concat_bytes_copied, kv_bytes_per_token
 from kvlib.model import ModelConfig, TinyLlama
+from kvlib.measure import torch_threads
 from kvlib.nocache import (
     Race, concat_trap, estimated_total_s, filled_cache, nocache_setup, race, speedup_table, time_passes,
 )
@@ -94,7 +95,7 @@ def test_cpu_setup_runs_on_one_thread():
     setup = nocache_setup("cpu")
     assert setup.threads == 1 and setup.batch == 1
     assert setup.prompt().tolist() == [[0]]
-    with nocache.torch_threads(1):
+    with torch_threads(1):
         assert torch.get_num_threads() == 1
 
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvlib.attention import grouped_attention
-from kvlib.decode import torch_threads
+from kvlib.measure import torch_threads
 from kvlib.model import ModelConfig
 from kvlib.paged_attention import PagedKVCache
 from kvlib.paged_measure import paged_vs_contiguous_error, random_decode_case

@@ -258,7 +258,7 @@ def test_parameter_counts_match_the_configs():
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSpeechSeq2Seq
 
-    from kvlib.sizecheck import quiet_transformers
+    from kvlib.hf import quiet_transformers
 
     for name in s.catalog_names():
         config = dict(_catalog_config(name))

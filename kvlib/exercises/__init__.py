@@ -35,6 +35,22 @@ class Feedback:
         return f"✔ Exercise {self.key}: {self.message}" if self.ok else f"✘ Exercise {self.key}: {self.message}"
 
 
+def numeric_answer(answer, expected: float, mistakes: dict, rel: float = 2e-3, what: str = "the formula") -> str | None:
+    """None if ``answer`` is within ``rel`` of ``expected``; else the hint of a known mistake, or a general one.
+
+    ``mistakes`` maps the number a typical mistake produces to the hint for it: the checks
+    of every chapter recognise wrong answers by their value, not just reject them.
+    """
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        return f"answer with a number, not {type(answer).__name__}"
+    if abs(answer - expected) <= rel * abs(expected):
+        return None
+    for value, hint in mistakes.items():
+        if abs(answer - value) <= rel * abs(value):
+            return hint
+    return f"not quite: recompute {what}, one factor at a time"
+
+
 def _function(key: str, prefix: str) -> Callable:
     chapter, _, number = key.partition(".")
     if not (chapter.isdigit() and number.isdigit()):

@@ -12,7 +12,7 @@ import torch
 
 from kvlib.attention import grouped_attention
 from kvlib.cache import concat_bytes_copied, kv_bytes_per_token
-from kvlib.exercises.ch2 import _numeric  # the number-with-known-mistakes check, shared with chapter 2
+from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.generate import generate
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.nocache import CPU_CONFIG
@@ -30,7 +30,7 @@ def solve_1_1() -> int:
 def check_1_1(answer):
     n = 400
     expected = sum(1 + step for step in range(n))  # step 0 reads the 1-token prompt, step i reads 1 + i tokens
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         n * n: "that is n x n, but step t reads only the t tokens that exist by then: add 1 + 2 + ... + n",
         n * n / 2: "close: n^2 / 2 leaves out half of the diagonal; 1 + 2 + ... + n = n (n + 1) / 2",
         n * (n - 1) / 2: "you summed 0 + 1 + ... + (n - 1): the first step already reads the 1-token prompt",
@@ -52,7 +52,7 @@ def solve_1_2() -> float:
 def check_1_2(answer):
     o, c, n = 1.5e-3, 40e-6, 400
     expected = 1 + c * (n + 1) / (2 * o)
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         n * (n + 1) / 2 / n: "that is the ratio of tokens processed, which ignores the fixed cost o that every step pays",
         c * (n + 1) / (2 * o): "that is the extra time over the cached run; the speedup is the ratio of the totals (add 1)",
         1 + c * (n + 1) / o: "the average no-cache step has length (n + 1) / 2, not n + 1: divide the growing term by 2",
@@ -74,7 +74,7 @@ def check_1_3(answer):
     c, n = CPU_CONFIG, 1000
     expected = concat_bytes_copied(c, n)  # unit tests check it against ConcatKVCache's own count
     per_token = kv_bytes_per_token(c)
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         expected * c.num_heads / c.num_kv_heads: "you used the 6 query heads; the cache stores num_kv_heads = 2 K/V heads",
         expected / 2: "a factor 2 is missing: each step copies the keys AND the values, in each of the 2 layers",
         expected / 4: "two factors of 2 are missing: keys AND values, in each of the 2 layers",
@@ -106,7 +106,7 @@ def check_1_4(answer):
     slots = w["source_frames"] * w["decoder_layers"] * w["heads"] * w["head_dim"]
     expected = values_per_slot * slots * w["bytes_per_value"]
     self_bytes = expected / w["source_frames"] * w["max_new_tokens"]
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         self_bytes: "that is the SELF-attention cache after 448 tokens; cross-attention K/V cover the 1500 encoder frames",
         expected + self_bytes: "the question asks for the cross-attention cache alone, not both caches",
         expected / 2: "each frame stores a key AND a value per head: a factor 2 is missing",

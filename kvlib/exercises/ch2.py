@@ -6,6 +6,7 @@ and recognises the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
+from kvlib.exercises import numeric_answer
 from kvlib.sizing import GiB, bytes_per_token, cache_bytes, catalog_entry, max_batch, weight_bytes
 
 
@@ -22,18 +23,6 @@ def _config(name: str) -> dict:
     raise KeyError(name)
 
 
-def _numeric(answer, expected: float, mistakes: dict, rel: float = 2e-3, what: str = "the formula") -> str | None:
-    """None if ``answer`` is within ``rel`` of ``expected``; else the hint of a known mistake, or a general one."""
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        return f"answer with a number, not {type(answer).__name__}"
-    if abs(answer - expected) <= rel * abs(expected):
-        return None
-    for value, hint in mistakes.items():
-        if abs(answer - value) <= rel * abs(value):
-            return hint
-    return f"not quite: recompute {what}, one factor at a time"
-
-
 # ---- 2.1 a quick calculation
 
 
@@ -44,7 +33,7 @@ def solve_2_1() -> float:
 
 def check_2_1(answer):
     expected = cache_bytes(catalog_entry("Llama-3-70B").spec, 8192, 8, "bf16") / GiB
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         expected * 8: "you used the 64 query heads; the cache stores only num_key_value_heads = 8 K/V heads",
         expected / 2: "a token stores a key AND a value per KV head: the factor 2 is missing",
         expected / 8: "that is one sequence; the batch holds 8",
@@ -65,7 +54,7 @@ def solve_2_2() -> int:
 def check_2_2(answer):
     gemma = catalog_entry("Gemma-2-9B").spec
     expected = bytes_per_token(gemma)
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         expected * 224 / 256: "you used hidden_size/num_attention_heads = 224, but Gemma-2 sets head_dim = 256 explicitly",
         expected * 2: "you used the 16 attention heads; K and V have num_key_value_heads = 8 heads",
         expected / 2: "count both the key and the value of each KV head",
@@ -85,7 +74,7 @@ def check_2_3(answer):
     gemma = catalog_entry("Gemma-2-9B").spec
     expected = cache_bytes(gemma, 8192)
     per_layer = 2 * 8 * 256 * 2
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         42 * 8192 * per_layer: "every other layer is a sliding-window layer: it keeps only the last 4,096 tokens",
         42 * 4096 * per_layer: "only the even-numbered layers slide; the odd-numbered ones attend to all 8,192 tokens",
         expected * 224 / 256: "right windows, wrong width: Gemma-2's head_dim is 256, not 3584/16 = 224",

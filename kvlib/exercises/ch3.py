@@ -7,7 +7,7 @@ and recognises the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib.exercises.ch2 import _numeric  # the same tolerant comparison as chapter 2
+from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.paged import BlockManager
 from kvlib.sizing import bytes_per_token, catalog_entry
 
@@ -35,7 +35,7 @@ def solve_3_1() -> int:
 def check_3_1(answer):
     expected = _blocks_used(LENGTHS)
     total = sum(LENGTHS)
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         sum(n // BLOCK_SIZE for n in LENGTHS): "you rounded down: a partly filled last block is still a whole block",
         -(-total // BLOCK_SIZE): "blocks belong to one sequence each: round up per request, not the total",
         total / BLOCK_SIZE: "blocks are whole: round up per request",
@@ -55,7 +55,7 @@ def check_3_2(answer):
     per_token = bytes_per_token(catalog_entry("OPT-13B").spec)
     empty = _blocks_used(LENGTHS) * BLOCK_SIZE - sum(LENGTHS)
     expected = empty * per_token / MiB
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         float(empty): "that is the number of empty slots; multiply by the bytes one token takes in OPT-13B's cache",
         expected / 2: "a token stores a key AND a value in every layer: the factor 2 is missing",
         expected * 2: "fp16 takes 2 bytes per value, not 4",
@@ -75,7 +75,7 @@ def solve_3_3() -> float:
 def check_3_3(answer):
     used, reserved = sum(LENGTHS), len(LENGTHS) * MAX_LEN
     expected = 1 - used / reserved
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         used / reserved: "that is the fraction holding tokens; the question asks for the empty fraction",
         100 * expected: "give a fraction between 0 and 1, not a percentage",
         1 - used / (len(LENGTHS) * max(LENGTHS)): "every request reserves the model's maximum length (2,048), not the longest request",
@@ -100,7 +100,7 @@ def check_3_4(answer):
     for seq in range(4):
         manager.append_slot(seq, 0)
     expected = manager.usage().num_used_blocks
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         12: "the branches share the prompt's blocks (fork only increments ref_cnt); only the shared last block is copied",
         7: "the last branch to append is the block's only user by then (ref_cnt 1): it writes in place, no copy",
         3: "a branch never writes into a block others still use: the first write to the shared last block copies it",
@@ -123,7 +123,7 @@ def check_3_5(answer):
     manager.allocate(0, system + user)
     manager.mark_computed(0)
     expected = manager.allocate(1, system + list(range(2000, 2020))).num_cached_tokens
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         100: "only FULL blocks are cached, and the 7th block mixes system-prompt and user tokens, so it differs",
         112: "round down: the 7th block is not identical in the two requests",
         6: "that is the number of blocks; the question asks for tokens",

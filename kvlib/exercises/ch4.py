@@ -7,7 +7,7 @@ the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib.exercises.ch2 import _numeric  # the same tolerant comparison as chapter 2
+from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.placement import BuddyAllocator, reservation_slots
 from kvlib.serving_measure import kv_budget, roofline_step_model
 from kvlib.sizing import GiB
@@ -29,7 +29,7 @@ def solve_4_1() -> int:
 def check_4_1(answer):
     budget = kv_budget("Llama-2-7B", gpu_bytes=24 * GiB)
     block = budget.bytes_per_token * 16
-    return _numeric(answer, budget.num_blocks, {
+    return numeric_answer(answer, budget.num_blocks, {
         (24 * GiB - budget.weight_bytes) // block: "the server uses only 90% of the GPU's memory (vLLM's gpu_memory_utilization)",
         (int(0.9 * 24e9) - budget.weight_bytes) // block: "24 GiB is 24 x 2^30 bytes, not 24 x 10^9",
         budget.kv_bytes // (block // 2): "a token stores a key AND a value in every layer: the factor 2 is missing",
@@ -50,7 +50,7 @@ def check_4_2(answer):
     request = Request(0, 0.0, tuple(range(300)), 300)
     asked = reservation_slots("pow2", request, MAX_LEN)
     block = BuddyAllocator.footprint(asked)
-    return _numeric(answer, block - request.total_len, {
+    return numeric_answer(answer, block - request.total_len, {
         asked - request.total_len: f"pow2 asks for {asked} slots, but the buddy allocator hands out a power of two: {block}",
         block: "that is the whole block; the question asks how many of its slots never hold a token",
         block - request.prompt_len: "the output's 300 tokens will fill slots too: subtract the true total length",
@@ -70,7 +70,7 @@ def solve_4_3() -> float:
 def check_4_3(answer):
     prompt, output = 100, 400
     expected = sum(prompt + k for k in range(1, output + 1)) / output / (prompt + output)
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         0.5: "the prompt's 100 tokens are there from the start: hold prompt + k tokens at step k",
         output / (prompt + output): "that is the output's share of the reservation; average what is held over the steps",
         prompt / (prompt + output): "the request grows: at step k it holds prompt + k tokens",
@@ -94,7 +94,7 @@ def check_4_4(answer):
     fixed, per_token = round(step.fixed_s, 4), round(step.per_context_s, 8)  # 16.5 ms and 0.53 µs, as stated
     rate = lambda batch, context: batch / (fixed + per_token * context)  # noqa: E731
     expected = rate(30, 15_000) / rate(15, 7_500)
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         2.0: "twice the batch reads twice the cache: add 0.53 µs per cached token to each step",
         1 / expected: "that is the oracle over paging; the question asks for paging over the oracle",
         30 / (fixed + 1e-3 * 0.53 * 15_000) / (15 / (fixed + 1e-3 * 0.53 * 7_500)): "0.53 µs is 0.53e-6 s, not 0.53e-3",

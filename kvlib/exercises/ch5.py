@@ -9,7 +9,7 @@ the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib import levers
-from kvlib.exercises.ch2 import _numeric  # the same tolerant comparison as chapters 2 and 4
+from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.sizing import GiB
 
 # ---- 5.1 the factors multiply
@@ -25,7 +25,7 @@ def solve_5_1() -> int:
 def check_5_1(answer):
     chain = levers.lever_chain("Llama-2-7B", levers=levers.LEVERS[:3], dtype="int8")
     expected = chain[-1].bytes_per_token
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         expected * 16 / 18: "an int8 cache also stores one fp16 scale and one fp16 zero point per 32 numbers: 1.125 bytes per number, not 1",
         expected * 16 / 9: "you kept 2 bytes per number; the int8 cache takes 1 byte plus its scales",
         expected * 8: "the hybrid keeps attention in 4 of the 32 layers: divide by 8 as well",
@@ -47,7 +47,7 @@ def solve_5_2() -> int:
 def check_5_2(answer):
     hybrid = levers.lever_chain("Llama-2-7B")[3]
     expected = hybrid.state_bytes / hybrid.bytes_per_token
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         expected * 32 / 28: "only the 28 layers without attention are Mamba layers; the other 4 keep the KV cache",
         expected / 2: "half the answer: the variant's cache is fp8 (8,192 bytes per token, not fp16's 16,384), and Mamba "
                       "has expand x hidden = 2 x 4,096 = 8,192 channels per layer",
@@ -70,7 +70,7 @@ def check_5_3(answer):
     step = levers.roofline_step(levers.base_variant("Llama-2-7B"))
     rate = lambda batch: batch / (step.fixed_s + step.per_seq_s * batch)  # noqa: E731
     expected = rate(256) / rate(128)
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         2.0: "each sequence's token also costs 2 x parameters FLOPs: at these batches compute is no longer free",
         1 / expected: "that is batch 128 over batch 256; the question asks 256 over 128",
         1.0: "each step makes one token per sequence: twice the batch makes more tokens per step",
@@ -90,7 +90,7 @@ def solve_5_4() -> float:
 def check_5_4(answer):
     per_token = levers.lever_chain("Llama-2-7B")[5].bytes_per_token
     expected = (248 - 1) * 256 * per_token / 2**20
-    return _numeric(answer, expected, {
+    return numeric_answer(answer, expected, {
         248 * 256 * per_token / 2**20: "one copy of the system prompt is still stored: 247 copies are saved, not 248",
         expected * 2**20: "that is in bytes; answer in MiB (2^20 bytes)",
         expected * 2**20 / 1e6: "that is in MB of 10^6 bytes; answer in MiB (2^20 bytes)",
