@@ -188,7 +188,7 @@ def engine_model(device=None) -> TinyLlama:
 
 def bench(num_requests: int = 1000) -> dict:
     """Benchmarks of chapter 4 for ``python -m kvlib bench``."""
-    from kvlib.engine import calibrate, run_engine
+    from kvlib.engine import calibrate, race_engine
     from kvlib.measure import pick_device
 
     device = pick_device()
@@ -200,7 +200,7 @@ def bench(num_requests: int = 1000) -> dict:
     measured, roofline = ratios(runs), ratios(runs, roofline_step_model())
     scaled = SHAREGPT.scaled(8)
     small = make_trace(scaled, 150, math.inf, seed=0, vocab_size=ENGINE_CONFIG.vocab_size)
-    real = {p: run_engine(model, small, p, 8 * scaled.max_len, scaled.max_len, progress=False) for p in ("max", "paged")}
+    real = race_engine(model, small, ("max", "paged"), 8 * scaled.max_len, scaled.max_len, progress=False)
     return {
         "kv_utilization": {p: round(r.utilisation, 4) for p, r in runs.items()},
         "batch_ratio_paged_vs_oracle": round(runs["paged"].mean_batch / runs["oracle"].mean_batch, 3),

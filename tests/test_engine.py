@@ -6,7 +6,7 @@ import math
 import pytest
 
 from kvlib import KVLibError
-from kvlib.engine import calibrate, decode_lengths, outputs_match_solo, run_engine, solo_tokens
+from kvlib.engine import calibrate, decode_lengths, outputs_match_solo, race_engine, run_engine, solo_tokens
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.placement import POLICIES
 from kvlib.traces import TraceSpec, make_trace
@@ -32,6 +32,17 @@ def test_every_policy_generates_the_same_tokens_at_the_same_budget():
     assert outputs["paged"][:4] == [solo_tokens(MODEL, r) for r in requests[:4]]
     assert results["max"].max_batch == 4 and results["paged"].max_batch > 4  # 256 slots hold 4 reservations of 64
     assert all(results[p].num_preemptions == 0 for p in ("max", "pow2", "oracle"))
+
+
+def test_race_engine_keeps_each_policys_fastest_run_of_the_same_schedule():
+    requests = make_trace(SMALL, 8, math.inf, seed=4, vocab_size=97)
+    best = race_engine(MODEL, requests, ("max", "paged"), 256, 64, rounds=2, progress=False)
+    assert set(best) == {"max", "paged"}
+    again = run_engine(MODEL, requests, "paged", 256, 64, progress=False)
+    assert [s.generated for s in best["paged"].finished] == [s.generated for s in again.finished]
+    assert len(best["paged"].steps["duration_s"]) == len(again.steps["duration_s"])  # the same steps, another clock
+    with pytest.raises(KVLibError, match="rounds"):
+        race_engine(MODEL, requests, ("paged",), 256, 64, rounds=0, progress=False)
 
 
 def test_requests_arriving_later_are_waited_for():
