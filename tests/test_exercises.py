@@ -52,3 +52,14 @@ def test_numeric_answer_accepts_close_names_known_mistakes_and_rejects_non_numbe
     assert "recompute" in numeric_answer(123.0, 400.0, mistakes)
     assert "number" in numeric_answer("400", 400.0, mistakes)
     assert "number" in numeric_answer(True, 400.0, mistakes)
+
+
+@pytest.mark.parametrize("chapter", [int(m[2:]) for m in MODULES])
+def test_each_chapter_notebook_checks_every_reference_solution(chapter):
+    """CI proves an exercise solvable only if its chapter calls its check with the solution."""
+    from pathlib import Path
+
+    (notebook,) = Path(__file__).resolve().parent.parent.joinpath("book").glob(f"{chapter:02d}_*.ipynb")
+    text = notebook.read_text(encoding="utf-8")
+    for key in exercises.exercise_keys(chapter):
+        assert f'check(\\"{key}\\", solution(\\"{key}\\"))' in text, f"{notebook.name} does not check exercise {key}"
