@@ -92,7 +92,7 @@ def run_engine(model: TinyLlama, requests: list[Request], policy: str, num_slots
 
 
 def race_engine(model: TinyLlama, requests: list[Request], policies, num_slots: int, max_len: int, rounds: int = 3,
-                progress: bool = True, **kwargs) -> dict[str, RunResult]:
+                progress: bool = True) -> dict[str, RunResult]:
     """Serve the same requests under each policy ``rounds`` times, the policies interleaved in
     every round, and keep each policy's fastest run (chapter 4's real engine).
 
@@ -108,7 +108,7 @@ def race_engine(model: TinyLlama, requests: list[Request], policies, num_slots: 
     with tqdm(total=rounds * len(policies), desc="engine runs", disable=not progress) as bar:
         for _ in range(rounds):
             for policy in policies:
-                run = run_engine(model, requests, policy, num_slots, max_len, progress=False, **kwargs)
+                run = run_engine(model, requests, policy, num_slots, max_len, progress=False)
                 if policy not in best or run.makespan_s < best[policy].makespan_s:
                     best[policy] = run
                 bar.update()

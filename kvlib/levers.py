@@ -19,12 +19,10 @@ full-length sequences fit (:func:`max_batch`), and a roofline step-time model of
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import reduce
-from importlib import resources
 
 import numpy as np
 
@@ -33,7 +31,7 @@ from kvlib.placement import CATEGORIES
 from kvlib.serving import SchedulerConfig
 from kvlib.serving_measure import A100_BANDWIDTH, A100_BYTES, A100_FP16_FLOPS, MEMORY_FRACTION, KVBudget
 from kvlib.simulator import RunResult, StepTimeModel, simulate
-from kvlib.sizing import ModelSpec, bytes_per_token, cache_bytes, catalog_entry, free_bytes, kv_dtype, weight_bytes
+from kvlib.sizing import ModelSpec, bytes_per_token, cache_bytes, catalog_config, catalog_entry, free_bytes, kv_dtype, weight_bytes
 from kvlib.traces import SHAREGPT, Request, make_trace
 
 LEVERS = ("fewer KV heads", "lower precision", "fewer attention layers", "paging", "prefix sharing")
@@ -89,17 +87,6 @@ def base_variant(model: str = "Llama-2-7B") -> Variant:
     """A catalog model as published, fp16 cache, reserved for the maximum length (the chain's start)."""
     entry = catalog_entry(model)
     return Variant(f"{entry.name} ({entry.spec.attention_kind}, fp16)", "none (baseline)", entry.spec, entry.num_parameters)
-
-
-def catalog_config(name: str) -> dict:
-    """The ``config.json`` fields a catalog file quotes (for keys ModelSpec does not keep, e.g. Mamba's)."""
-    entry = catalog_entry(name)
-    for item in resources.files("kvlib").joinpath("catalog").iterdir():
-        if item.name.endswith(".json"):
-            data = json.loads(item.read_text(encoding="utf-8"))
-            if data["name"] == entry.name:
-                return data["config"]
-    raise KVLibError(f"no catalog file for {name!r}")  # pragma: no cover - catalog_entry found it
 
 
 def mamba_state_bytes(hidden_size: int, num_layers: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,

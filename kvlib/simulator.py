@@ -104,6 +104,14 @@ class RunResult:
         return self.memory_shares()["tokens"]
 
     @property
+    def stored_per_held(self) -> float:
+        """Slots storing tokens per token the running requests hold (a shared token counted once
+        per request), while requests wait: 1 without sharing, lower as prefix caching shares
+        blocks (chapter 4: the memory a request needs with sharing, over without)."""
+        busy = self._busy()
+        return float(self.steps["tokens"][busy].sum() / self.steps["held_tokens"][busy].sum())
+
+    @property
     def mean_batch(self) -> float:
         """Sequences per step, averaged over the steps while requests wait."""
         return float(self.steps["num_seqs"][self._busy()].mean())

@@ -455,6 +455,7 @@ class CatalogEntry:
     num_parameters: int
     parameters_source: str
     spec: ModelSpec = field(repr=False)
+    config: dict = field(repr=False, compare=False)  # the config.json fields the file quotes
 
 
 def catalog_names() -> list[str]:
@@ -470,7 +471,7 @@ def _catalog() -> tuple[CatalogEntry, ...]:
             data = json.loads(item.read_text(encoding="utf-8"))
             spec = spec_from_config(data["config"], name=data["name"], max_context=data.get("max_context"))
             entries.append(CatalogEntry(data["name"], data["hf_id"], data["source"], data.get("notes", ""),
-                                        data["num_parameters"], data["parameters_source"], spec))
+                                        data["num_parameters"], data["parameters_source"], spec, data["config"]))
     return tuple(sorted(entries, key=lambda e: _catalog_position(e.name)))
 
 
@@ -491,6 +492,12 @@ def catalog_entry(name: str) -> CatalogEntry:
     close = difflib.get_close_matches(name.lower(), list(by_name), n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(by_name[c].name for c in close)}?" if close else f"; choose from {', '.join(catalog_names())}"
     raise KVLibError(f"unknown model {name!r}{hint}")
+
+
+def catalog_config(name: str) -> dict:
+    """A copy of the ``config.json`` fields a catalog file quotes, for keys ModelSpec does not
+    keep (Mamba's, in chapter 5) and for exercises that feed a raw config to the reader's code."""
+    return dict(catalog_entry(name).config)
 
 
 def resolve_model(model: str | Path) -> ModelSpec:

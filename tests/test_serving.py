@@ -294,3 +294,11 @@ def test_blocks_short_counts_prefix_cache_hits():
     assert manager.num_blocks_short([99] * 40) == 10 - 7
     memory = PagedMemory(manager, max_len=16, watermark=0.0)
     assert memory.admit(seq_state(request(1, 14, 1))) == 12  # its prompt is range(14): three cached blocks
+
+
+def test_prefix_caching_stores_a_shared_system_prompt_once():
+    system = tuple(range(64))  # 4 blocks of 16 in front of every prompt
+    requests = make_trace(TraceSpec("short", 8, 8, max_len=256), 40, math.inf, seed=1, system_prompt=system)
+    runs = {caching: simulate(requests, "paged", 512, UNIT, 256, enable_prefix_caching=caching) for caching in (False, True)}
+    assert runs[False].stored_per_held == pytest.approx(1.0, abs=0.02)  # unshared: every held token is stored
+    assert runs[True].stored_per_held < 0.5  # the 64 shared tokens are stored once, not once per request

@@ -114,25 +114,14 @@ def test_unknown_dtype_is_named():
 def test_gemma_head_dim_is_taken_from_the_config():
     gemma = s.catalog_entry("Gemma-2-9B")
     assert gemma.spec.head_dim == 256
-    raw = _catalog_config("Gemma-2-9B")
+    raw = s.catalog_config("Gemma-2-9B")
     without = {k: v for k, v in raw.items() if k != "head_dim"}
     assert s.spec_from_config(without).head_dim == 224 != gemma.spec.head_dim
     assert gemma.spec.sliding_windows == (4096, None) * 21
 
 
-def _catalog_config(name):
-    from importlib import resources
-
-    for item in resources.files("kvlib").joinpath("catalog").iterdir():
-        if item.name.endswith(".json"):
-            data = json.loads(item.read_text(encoding="utf-8"))
-            if data["name"] == name:
-                return data["config"]
-    raise AssertionError(name)
-
-
 def test_falcon_multi_query_means_one_kv_head():
-    falcon = _catalog_config("Falcon-7B")
+    falcon = s.catalog_config("Falcon-7B")
     assert s.spec_from_config(falcon).num_kv_heads == 1
     # converted configs carry num_kv_heads = 71, which transformers ignores under multi_query
     assert s.spec_from_config({**falcon, "num_kv_heads": 71}).num_kv_heads == 1
@@ -261,7 +250,7 @@ def test_parameter_counts_match_the_configs():
     from kvlib.hf import quiet_transformers
 
     for name in s.catalog_names():
-        config = dict(_catalog_config(name))
+        config = dict(s.catalog_config(name))
         model_type = config.pop("model_type")
         config.pop("architectures")
         cls = AutoModelForSpeechSeq2Seq if model_type == "whisper" else AutoModelForCausalLM
@@ -305,3 +294,12 @@ def test_capacity_table_rows():
     rows = s.capacity_table(spec("Llama-3-8B"), 8_030_261_248, 80 * GiB, 8192, batch=8, overhead_bytes=4 * GiB)
     assert [r["kv dtype"] for r in rows] == ["fp16", "fp8", "int8", "int4"]
     assert rows[0]["cache (GiB)"] == 8.0 and rows[0]["max batch at 8,192"] == 61
+
+
+def test_catalog_config_is_a_copy_of_the_quoted_fields():
+    config = s.catalog_config("falcon-7b")  # names are case-insensitive, as for catalog_entry
+    assert config["multi_query"] is True and s.spec_from_config(config) == s.spec_from_config(s.catalog_config("Falcon-7B"))
+    config["n_layer"] = 1
+    assert s.catalog_config("Falcon-7B")["n_layer"] == 32  # the cached catalog is not changed
+    with pytest.raises(KVLibError, match="unknown model"):
+        s.catalog_config("Falcon-8B")

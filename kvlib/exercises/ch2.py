@@ -7,20 +7,7 @@ and recognises the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib.exercises import numeric_answer
-from kvlib.sizing import GiB, bytes_per_token, cache_bytes, catalog_entry, max_batch, weight_bytes
-
-
-def _config(name: str) -> dict:
-    """The config.json fields of a catalog model (as shipped in kvlib/catalog)."""
-    import json
-    from importlib import resources
-
-    for item in resources.files("kvlib").joinpath("catalog").iterdir():
-        if item.name.endswith(".json"):
-            data = json.loads(item.read_text(encoding="utf-8"))
-            if data["name"] == name:
-                return data["config"]
-    raise KeyError(name)
+from kvlib.sizing import GiB, bytes_per_token, cache_bytes, catalog_config, catalog_entry, max_batch, weight_bytes
 
 
 # ---- 2.1 a quick calculation
@@ -47,7 +34,7 @@ def check_2_1(answer):
 
 def solve_2_2() -> int:
     """Gemma-2-9B sets head_dim = 256 explicitly (hidden_size / heads would be 224)."""
-    config = _config("Gemma-2-9B")
+    config = catalog_config("Gemma-2-9B")
     return 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * config["head_dim"] * 2
 
 
@@ -149,7 +136,7 @@ def check_2_5(answer):
         return "answer with a function that takes a config dict and returns an int"
     for name, lesson in CHECK_2_5_MODELS.items():
         try:
-            got = answer(dict(_config(name)))
+            got = answer(dict(catalog_config(name)))
         except Exception as error:  # noqa: BLE001 - any failure of the reader's function is feedback
             return f"your function raised {type(error).__name__}: {error} on {name}'s config; {lesson}"
         if got != bytes_per_token(catalog_entry(name).spec):
