@@ -14,7 +14,8 @@ the lever, by its definition, multiplies the bytes of one token; chapter 5 check
 :mod:`kvlib.sizing` agrees with the product of these factors exactly. :func:`serve` turns a
 variant into what a GPU does with it: the KV budget it leaves (:func:`kv_budget`), how many
 full-length sequences fit (:func:`max_batch`), and a roofline step-time model of that GPU
-(:func:`roofline_step`) for the simulator of chapter 4 (:func:`kvlib.simulator.simulate`).
+(:func:`roofline_step`, chapter 4's one A100 model applied to the variant) for the simulator
+of chapter 4 (:func:`kvlib.simulator.simulate`).
 """
 
 from __future__ import annotations
@@ -29,26 +30,14 @@ import numpy as np
 from kvlib import KVLibError
 from kvlib.placement import CATEGORIES
 from kvlib.serving import SchedulerConfig
-from kvlib.serving_measure import A100_BANDWIDTH, A100_BYTES, A100_FP16_FLOPS, MEMORY_FRACTION, KVBudget
+from kvlib.serving_measure import A100_40GB, GPU, MEMORY_FRACTION, KVBudget  # chapter 4's GPU and data sheet
+from kvlib.serving_measure import roofline_step as gpu_roofline_step
 from kvlib.simulator import RunResult, StepTimeModel, simulate
 from kvlib.sizing import ModelSpec, bytes_per_token, cache_bytes, catalog_config, catalog_entry, free_bytes, kv_dtype, weight_bytes
 from kvlib.traces import SHAREGPT, Request, make_trace
 
 LEVERS = ("fewer KV heads", "lower precision", "fewer attention layers", "paging", "prefix sharing")
 ARCHITECTURE_LEVERS = ("fewer KV heads", "fewer attention layers")  # they change the model: hypothetical variants
-
-
-@dataclass(frozen=True)
-class GPU:
-    """The data-sheet figures a roofline needs: memory, memory bandwidth, dense fp16 compute."""
-
-    name: str
-    memory_bytes: int
-    bandwidth: float  # bytes/s
-    fp16_flops: float  # dense tensor-core peak, FLOP/s
-
-
-A100_40GB = GPU("NVIDIA A100 40GB", A100_BYTES, A100_BANDWIDTH, A100_FP16_FLOPS)  # chapter 4's GPU, same figures
 
 
 # --------------------------------------------------------------------------- variants
@@ -216,21 +205,9 @@ def max_batch(variant: Variant, context: int, gpu: GPU = A100_40GB, memory_fract
 
 
 def roofline_step(variant: Variant, gpu: GPU = A100_40GB) -> StepTimeModel:
-    """An ideal step on ``gpu`` from its data sheet, not a measurement: memory time plus compute time.
-
-    A decode step reads every fp16 weight once (fixed) and each cached token's K/V once (per
-    context token); every sequence computes 2 x parameters FLOPs for its token at peak speed
-    and reads and writes its fixed state (per sequence); prefill computes 2 x parameters
-    FLOPs per prompt token. Chapter 4's :func:`kvlib.serving_measure.roofline_step_model`
-    leaves out the per-sequence compute, which is small at its batches of about 30 but not
-    at 256. Adding the two times instead of taking the larger (the GPU overlaps them) makes
-    this a pessimistic estimate, by at most a factor of 2.
-    """
-    flops_per_token = 2 * variant.num_parameters / gpu.fp16_flops
-    return StepTimeModel(fixed_s=weight_bytes(variant.num_parameters, "fp16") / gpu.bandwidth,
-                         per_seq_s=flops_per_token + 2 * variant.state_bytes / gpu.bandwidth,
-                         per_context_s=variant.bytes_per_token / gpu.bandwidth,
-                         per_prefill_s=flops_per_token, source=f"{variant.name} on an {gpu.name}, roofline")
+    """The variant's step on ``gpu`` by chapter 4's roofline (:func:`kvlib.serving_measure.roofline_step`,
+    the book's one A100 model): its parameters, its bytes per cached token, and its fixed state per sequence."""
+    return gpu_roofline_step(variant.num_parameters, variant.bytes_per_token, variant.state_bytes, gpu, variant.name)
 
 
 def chain_trace(num_requests: int = 1000, system_prompt_len: int = 256, max_len: int = 4096, seed: int = 0) -> list[Request]:

@@ -5,8 +5,10 @@ trace, step-time regimes, latency against request rate, and ``bench()`` for
 The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our simulations
 use the KV budget that setup leaves (:func:`kv_budget`), the lengths of its traces
 (:mod:`kvlib.traces`), and a step-time model measured on this machine
-(:func:`kvlib.engine.calibrate`). :func:`roofline_step_model` estimates the A100's step
-times from its data sheet instead, so that both regimes can be set side by side.
+(:func:`kvlib.engine.calibrate`). :func:`roofline_step` estimates the A100's step times
+from its data sheet instead, so that both regimes can be set side by side; it is the one
+A100 model of the book (chapter 5's :func:`kvlib.levers.roofline_step` applies it to each
+variant of its lever chain).
 """
 
 from __future__ import annotations
@@ -40,6 +42,19 @@ ONE_PER_STEP = StepTimeModel(1.0, 0.0, 0.0, 0.0, source="one time unit per step"
 
 
 @dataclass(frozen=True)
+class GPU:
+    """The data-sheet figures a roofline needs: memory, memory bandwidth, dense fp16 compute."""
+
+    name: str
+    memory_bytes: int
+    bandwidth: float  # bytes/s
+    fp16_flops: float  # dense tensor-core peak, FLOP/s
+
+
+A100_40GB = GPU("NVIDIA A100 40GB", A100_BYTES, A100_BANDWIDTH, A100_FP16_FLOPS)  # the paper's GPU (chapters 4 and 5)
+
+
+@dataclass(frozen=True)
 class KVBudget:
     """How many KV blocks a model leaves on one GPU: (memory x fraction - weights) / bytes per block."""
 
@@ -68,14 +83,33 @@ def kv_budget(model: str = "OPT-13B", gpu_bytes: int = A100_BYTES, memory_fracti
     return KVBudget(model, gpu_bytes, weights, kv, per_token, block_size, kv // (per_token * block_size))
 
 
-def roofline_step_model(model: str = "OPT-13B", bandwidth: float = A100_BANDWIDTH, flops: float = A100_FP16_FLOPS) -> StepTimeModel:
-    """An ideal A100 step from the data sheet, not a measurement: a decode step reads every
-    weight once (fixed) and each cached token's K/V once (per context token); prefill does
-    2 x parameters FLOPs per prompt token at peak speed."""
+def roofline_step(num_parameters: int, bytes_per_token: int, state_bytes: int = 0, gpu: GPU = A100_40GB,
+                  name: str = "a model") -> StepTimeModel:
+    """An ideal step on ``gpu`` from its data sheet, not a measurement: memory time plus compute time
+    (chapters 4 and 5 use this one model).
+
+    A decode step reads every fp16 weight once (fixed) and each cached token's K/V once (per
+    context token); every sequence computes 2 x parameters FLOPs for its token at peak speed
+    and reads and writes its fixed state, if it has one (per sequence: a Mamba layer's state,
+    chapter 5); prefill computes 2 x parameters FLOPs per prompt token. Adding the memory time
+    and the compute time instead of taking the larger (the GPU overlaps them) makes this a
+    pessimistic estimate, by at most a factor of 2; data-sheet peaks make it an optimistic one.
+    """
+    for key, value, low in (("num_parameters", num_parameters, 1), ("bytes_per_token", bytes_per_token, 1),
+                            ("state_bytes", state_bytes, 0)):
+        if not isinstance(value, int) or value < low:
+            raise KVLibError(f"{key} must be an integer >= {low}, not {value!r}")
+    flops_per_token = 2 * num_parameters / gpu.fp16_flops
+    return StepTimeModel(fixed_s=weight_bytes(num_parameters, "fp16") / gpu.bandwidth,
+                         per_seq_s=flops_per_token + 2 * state_bytes / gpu.bandwidth,
+                         per_context_s=bytes_per_token / gpu.bandwidth,
+                         per_prefill_s=flops_per_token, source=f"{name} on an {gpu.name}, roofline")
+
+
+def roofline_step_model(model: str = "OPT-13B", gpu: GPU = A100_40GB) -> StepTimeModel:
+    """:func:`roofline_step` of a catalog model with its fp16 cache (chapter 4: OPT-13B on the paper's A100)."""
     entry = catalog_entry(model)
-    return StepTimeModel(fixed_s=weight_bytes(entry.num_parameters, "fp16") / bandwidth, per_seq_s=0.0,
-                         per_context_s=bytes_per_token(entry.spec) / bandwidth,
-                         per_prefill_s=2 * entry.num_parameters / flops, source=f"{model} on an A100, roofline")
+    return roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=gpu, name=model)
 
 
 def serve_policies(requests, num_slots: int, step_model: StepTimeModel, max_len: int, policies=POLICIES,

@@ -24,12 +24,29 @@ def test_opt_13b_on_an_a100_leaves_987_blocks_of_16():
         sm.kv_budget("Llama-2-70B")
 
 
-def test_the_roofline_step_reads_weights_and_cache_at_the_a100s_bandwidth():
+def test_the_roofline_step_reads_weights_and_cache_and_computes_each_token_at_the_a100s_peaks():
     step = sm.roofline_step_model("OPT-13B")
-    assert step.fixed_s == pytest.approx(2 * 12_853_473_280 / 1.555e12)
-    assert step.per_context_s == pytest.approx(819_200 / 1.555e12)
-    assert step.per_prefill_s == pytest.approx(2 * 12_853_473_280 / 312e12)
-    assert step.fixed_share(30, 15_000) == pytest.approx(0.676, abs=0.01)
+    assert step.fixed_s == pytest.approx(2 * 12_853_473_280 / 1.555e12)  # 25.7 GB of fp16 weights: 16.53 ms
+    assert step.per_seq_s == pytest.approx(2 * 12_853_473_280 / 312e12)  # 2 FLOPs per parameter per token: 82.4 µs
+    assert step.per_context_s == pytest.approx(819_200 / 1.555e12)  # 0.527 µs per cached token
+    assert step.per_prefill_s == step.per_seq_s
+    # paged's operating point in chapter 4: 16.53 / (16.53 + 30 x 0.0824 + 15,000 x 0.000527) ms = 16.53 / 26.91
+    assert step.fixed_share(30, 15_000) == pytest.approx(16.532 / (16.532 + 2.472 + 7.902), abs=1e-3)
+
+
+def test_the_roofline_adds_the_state_per_sequence_and_names_bad_input():
+    plain = sm.roofline_step(1_000_000_000, 1000)
+    with_state = sm.roofline_step(1_000_000_000, 1000, state_bytes=1_555_000)
+    assert with_state.per_seq_s - plain.per_seq_s == pytest.approx(2 * 1_555_000 / 1.555e12)  # read + write: 2 µs
+    assert (with_state.fixed_s, with_state.per_context_s) == (plain.fixed_s, plain.per_context_s)
+    gpu = sm.GPU("half an A100", sm.A100_BYTES, sm.A100_BANDWIDTH / 2, sm.A100_FP16_FLOPS / 2)
+    slow = sm.roofline_step(1_000_000_000, 1000, gpu=gpu)
+    for term in ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s"):
+        assert getattr(slow, term) == pytest.approx(2 * getattr(plain, term))
+    with pytest.raises(KVLibError, match="state_bytes"):
+        sm.roofline_step(1_000_000_000, 1000, state_bytes=-1)
+    with pytest.raises(KVLibError, match="bytes_per_token"):
+        sm.roofline_step(1_000_000_000, 0)
 
 
 def test_with_fixed_share_scales_only_the_batch_dependent_costs():
