@@ -29,3 +29,17 @@ __version__ = "0.1.0"
 
 class KVLibError(ValueError):
     """Bad input to kvlib: the message names the problem in one line."""
+
+
+def _show_whole_tables() -> None:
+    """Let pandas print every column and whole strings: the book's tables must not be cut short."""
+    try:
+        import pandas
+    except ImportError:  # kvlib itself does not need pandas
+        return
+    pandas.set_option("display.max_columns", None)
+    pandas.set_option("display.max_colwidth", None)
+    pandas.set_option("display.width", 250)
+
+
+_show_whole_tables()

@@ -21,13 +21,24 @@ step as slow as a large one; one thread gives every configuration the same condi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention, repeat_kv_attention, sdpa_attention
-from kvlib.measure import Bandwidth, Timing, memory_bandwidth, pick_device, time_it, torch_threads
+from kvlib.measure import (
+    Bandwidth,
+    Timing,
+    available_memory_bytes,
+    dram_bytes,
+    launch_overhead_s,
+    matmul_gflops,
+    memory_bandwidth,
+    pick_device,
+    time_it,
+    torch_threads,
+)
 
 IMPLEMENTATIONS = {"grouped": grouped_attention, "repeat": repeat_kv_attention, "sdpa": sdpa_attention}
 
@@ -57,25 +68,49 @@ class DecodeSetup:
                 f"contexts {contexts}, {threads}")
 
 
-def decode_setup(device: torch.device | str | None = None, threads: int | None = 1) -> DecodeSetup:
-    """Per-device sizes (chapter 2 explains the choice).
+# Fewest tokens of the longest context: short contexts are dominated by per-call costs.
+MIN_LONGEST = {"cpu": 16384, "cuda": 4096}
+# On a GPU one MHA step must read for this many kernel launches' worth of time, so that the
+# five kernels of a decode step cost under 5% of it.
+GPU_LAUNCHES_PER_STEP = 100
 
-    CPU: float32 (what its matmul kernels are fast at), batch 1, contexts 1K-16K: MHA's
-    K+V is 32-512 MiB, far beyond a CPU's last-level cache (tens of MiB); ``threads``
-    torch threads (default one, see the module docstring; None keeps torch's setting).
-    GPU: float16, batch 8, contexts 4K-64K: MHA's K+V is 0.5-8 GiB, so one step reads
-    for milliseconds, far longer than the launch overhead of the few kernels involved.
+
+def longest_context(bytes_per_token: int, min_bytes: int, min_tokens: int) -> int:
+    """The smallest power of two >= ``min_tokens`` whose cache holds at least ``min_bytes``."""
+    if bytes_per_token < 1 or min_bytes < 0 or min_tokens < 1:
+        raise KVLibError("bytes_per_token and min_tokens must be positive and min_bytes non-negative")
+    tokens = max(min_tokens, -(-min_bytes // bytes_per_token))
+    return 1 << (tokens - 1).bit_length()
+
+
+def decode_setup(device: torch.device | str | None = None, threads: int | None = 1) -> DecodeSetup:
+    """Per-device sizes, chosen from the hardware (chapter 2 explains the choice).
+
+    CPU: float32 (what its matmul kernels are fast at), batch 1, ``threads`` torch threads
+    (default one, see the module docstring). The longest context is the shortest whose MHA
+    K, and V, each reach :func:`kvlib.measure.dram_bytes` (four times the last-level cache,
+    so both are read from DRAM; at least 16K tokens); the others are a quarter and a
+    sixteenth of it, and may partly fit in the cache.
+    GPU: float16, batch 8; MHA's K+V must also take ``GPU_LAUNCHES_PER_STEP`` kernel
+    launches' time to read at the probed bandwidth, so launches do not decide the time.
     """
     device = pick_device() if device is None else torch.device(device)
     if device.type == "cuda":
-        return DecodeSetup(device, torch.float16, batch=8, contexts=(4096, 16384, 65536))
-    return DecodeSetup(device, torch.float32, batch=1, contexts=(1024, 4096, 16384), threads=threads)
+        setup = DecodeSetup(device, torch.float16, batch=8, contexts=(1,))
+        per_token = 2 * setup.batch * setup.num_heads * setup.head_dim * 2
+        read_bytes = GPU_LAUNCHES_PER_STEP * launch_overhead_s(device) * memory_bandwidth(device=device).best_gbps * 1e9
+        min_bytes = min(max(dram_bytes(device), int(read_bytes)), available_memory_bytes(device) // 4)
+    else:
+        setup = DecodeSetup(device, torch.float32, batch=1, contexts=(1,), threads=threads)
+        per_token = 2 * setup.batch * setup.num_heads * setup.head_dim * 4
+        min_bytes = 2 * dram_bytes(device)  # K and V are read by separate products: each from DRAM
+    longest = longest_context(per_token, min_bytes, MIN_LONGEST[device.type])
+    return replace(setup, contexts=(longest // 16, longest // 4, longest))
 
 
 def probe_bandwidth(setup: DecodeSetup) -> Bandwidth:
-    """The bandwidth probe of chapter 0 under the setup's thread count: the memory roof."""
-    with torch_threads(setup.threads):
-        return memory_bandwidth(device=setup.device)
+    """The DRAM bandwidth probe of chapter 0 at the setup's thread count: the memory roof."""
+    return memory_bandwidth(device=setup.device, threads=setup.threads)
 
 
 @dataclass(frozen=True)
@@ -180,14 +215,53 @@ def compare_implementations(setup: DecodeSetup, num_kv_heads: int, context: int,
     return [time_decode(setup, q, k, v, impl, repeats) for impl in IMPLEMENTATIONS]
 
 
-def matmul_gflops(setup: DecodeSetup, size: int | None = None) -> float:
-    """Compute probe for the roofline's flat roof: GFLOP/s of a square matmul in the setup's dtype."""
-    size = size or (8192 if setup.device.type == "cuda" else 1024)
-    generator = torch.Generator(setup.device).manual_seed(0)
-    a = torch.empty(size, size, device=setup.device, dtype=setup.dtype).uniform_(-1, 1, generator=generator)
-    with torch_threads(setup.threads):
-        timing = time_it(lambda: a @ a, repeats=5, warmup=2, device=setup.device)
-    return 2 * size**3 / timing.min_s / 1e9
+@dataclass(frozen=True)
+class OperationTiming:
+    """One operation of MHA's decode step at the longest context, against the probe (chapter 2)."""
+
+    operation: str
+    bytes_read: int
+    timing: Timing
+    probe_gbps: float  # the DRAM probe at the same thread count
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes_read / self.timing.min_s / 1e9
+
+    def row(self) -> dict:
+        return {"operation": self.operation, "MiB read": self.bytes_read / 2**20, "time ms": self.timing.min_s * 1e3,
+                "GB/s": self.gbps, "share of probe": self.gbps / self.probe_gbps}
+
+
+def bound_breakdown(setup: DecodeSetup, probe: Bandwidth, repeats: int = 5) -> list[OperationTiming]:
+    """What bounds MHA's decode attention: its two products timed apart, and K read two other ways.
+
+    Grouped attention computes scores as ``q @ K^T`` (one query row against a transposed
+    matrix) and the output as ``weights @ V``. Beside them: the same scores as ``K @ q``
+    (K as the matrix of a matrix-vector product, the layout BLAS streams at full speed) and
+    ``K.sum()`` (the probe's own operation on K). All read the same bytes once; fastest
+    samples, on the setup's threads, against the probe's fastest.
+    """
+    q, k, v = decode_inputs(setup, setup.num_heads, setup.longest)
+    weights = torch.softmax(q @ k.transpose(-1, -2), dim=-1)  # (batch, heads, 1, context)
+    operations = {
+        "scores = q @ K^T (as attention does it)": lambda: q @ k.transpose(-1, -2),
+        "output = weights @ V (as attention does it)": lambda: weights @ v,
+        "scores = K @ q (same product, K as the matrix)": lambda: k @ q.transpose(-1, -2),
+        "K.sum() (the probe's operation)": k.sum,
+    }
+    results = []
+    with torch.inference_mode(), torch_threads(setup.threads):
+        for name, fn in operations.items():
+            number = _calls_per_sample(fn, setup.device, target_s=0.01)
+            timing = time_it(fn, repeats=repeats, warmup=0, number=number, device=setup.device)
+            results.append(OperationTiming(name, k.numel() * k.element_size(), timing, probe.best_gbps))
+    return results
+
+
+def compute_roof(setup: DecodeSetup) -> float:
+    """The roofline's flat roof: :func:`kvlib.measure.matmul_gflops` in the setup's dtype and threads."""
+    return matmul_gflops(setup.device, threads=setup.threads, dtype=setup.dtype).gflops
 
 
 def plot_roofline(measurements: list[DecodeMeasurement], probe_gbps: float, peak_gflops: float):

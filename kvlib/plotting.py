@@ -6,6 +6,13 @@ Chapter-specific drawings live here too, one function per figure, each naming it
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
+
+
+@matplotlib.ticker.FuncFormatter
+def _plain(value, _pos=None) -> str:
+    """Log-axis ticks as plain numbers (0.5, 16, 1,000), not powers of ten."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:g}"
 
 
 def axes(title: str, xlabel: str, ylabel: str, *, logx: bool = False, logy: bool = False, size=(6.4, 3.8)):
@@ -16,8 +23,10 @@ def axes(title: str, xlabel: str, ylabel: str, *, logx: bool = False, logy: bool
     ax.set_ylabel(ylabel)
     if logx:
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(_plain)
     if logy:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_plain)
     ax.grid(True, which="both", alpha=0.3)
     return fig, ax
 

@@ -626,17 +626,24 @@ def max_context(spec: ModelSpec, batch: int, gpu_bytes: int, weights: int, overh
 
 def capacity_table(spec: ModelSpec, num_parameters: int, gpu_bytes: int, context: int, batch: int = 1,
                    weight_dtype: str = "bf16", overhead_bytes: int = 0, kv_dtypes=("fp16", "fp8", "int8", "int4")) -> list[dict]:
-    """Per KV dtype: cache of ``batch`` x ``context``, its share of the GPU, max batch and max context."""
+    """Per KV dtype: cache of ``batch`` x ``context``, its share of the GPU, max batch and max context.
+
+    The max context stops at the model's own maximum (``spec.max_context``); the last column
+    says whether that or memory set it (chapter 2's capacity table).
+    """
     weights = weight_bytes(num_parameters, weight_dtype)
     rows = []
     for name in kv_dtypes:
         size = cache_bytes(spec, context, batch, name)
+        longest = max_context(spec, batch, gpu_bytes, weights, overhead_bytes, name)
+        capped = spec.max_context is not None and longest == spec.max_context
         rows.append({
             "kv dtype": name, "cache (GiB)": round(size / GiB, 3),
             "GPU share": round((weights + overhead_bytes + size) / gpu_bytes, 3),
             "fits": weights + overhead_bytes + size <= gpu_bytes,
             f"max batch at {context:,}": max_batch(spec, context, gpu_bytes, weights, overhead_bytes, name),
-            f"max context at batch {batch}": max_context(spec, batch, gpu_bytes, weights, overhead_bytes, name),
+            f"max context at batch {batch}": longest,
+            "max context limited by": "model's maximum" if capped else "memory" if longest else "does not fit",
         })
     return rows
 

@@ -18,13 +18,25 @@ def test_env_prints_the_banner():
 def test_env_json_is_one_object():
     report = json.loads(kvlib("env", "--json").stdout)
     assert report["num_cpus"] >= 1 and "torch" in report
+    assert report["caches"]["llc_bytes"] > 0 and report["num_cores"] >= 1
+
+
+def test_env_honours_and_checks_the_llc_override(monkeypatch):
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "512MiB")
+    assert json.loads(kvlib("env", "--json").stdout)["caches"]["llc_bytes"] == 512 << 20
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "half a gig")
+    result = kvlib("env")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "KVBOOK_LLC_BYTES must be a positive size" in result.stderr
 
 
 def test_bench_json_has_numeric_fields():
     result = kvlib("bench", "--json", "--only", "measure")
     assert result.returncode == 0, result.stderr
     fields = json.loads(result.stdout)
-    assert fields["mem_bandwidth_gbps"] > 0
+    assert fields["mem_bandwidth_gbps"] > 0 and fields["mem_bandwidth_1thread_gbps"] > 0
+    assert fields["mem_probe_bytes"] >= 4 * fields["llc_bytes"] or fields["mem_probe_bounded"]
+    assert fields["matmul_gflops"] > 0 and fields["matmul_1thread_gflops"] > 0
     assert all(isinstance(v, (int, float, bool, dict)) for v in fields.values())
 
 

@@ -44,14 +44,23 @@ def test_measurement_counts_bytes_and_flops():
     assert m.gbps == m.kv_bytes / 0.5 / 1e9 and m.gflops == m.flops / 0.5 / 1e9
 
 
-def test_per_device_sizes():
-    cpu = decode.decode_setup("cpu")
-    assert cpu.dtype == torch.float32 and cpu.threads == 1 and cpu.kv_heads == (32, 8, 4, 1)
-    mha_bytes = 2 * cpu.batch * 32 * cpu.longest * cpu.head_dim * 4
-    assert mha_bytes >= 8 * 32 * 2**20  # 8x a 32 MiB last-level cache
-    gpu = decode.decode_setup("cuda")  # a description only: nothing is allocated
-    assert gpu.dtype == torch.float16 and gpu.threads is None
-    assert 2 * gpu.batch * 32 * gpu.longest * gpu.head_dim * 2 == 8 * 2**30
+def test_per_device_sizes_come_from_the_last_level_cache(monkeypatch):
+    for llc_mib, longest in ((8, 16384), (32, 16384), (256, 65536), (512, 131072), (480, 131072)):
+        monkeypatch.setenv("KVBOOK_LLC_BYTES", f"{llc_mib}MiB")
+        cpu = decode.decode_setup("cpu")
+        assert cpu.dtype == torch.float32 and cpu.threads == 1 and cpu.kv_heads == (32, 8, 4, 1)
+        assert cpu.contexts == (longest // 16, longest // 4, longest), llc_mib
+        k_bytes = cpu.batch * 32 * cpu.longest * cpu.head_dim * 4  # MHA's K alone (V the same)
+        assert k_bytes >= 4 * llc_mib * 2**20  # each read from DRAM
+        assert k_bytes < 8 * llc_mib * 2**20 or cpu.longest == decode.MIN_LONGEST["cpu"]  # the shortest such
+
+
+def test_longest_context_is_the_shortest_power_of_two_that_holds_the_bytes():
+    assert decode.longest_context(32768, 128 << 20, 16384) == 16384  # 4,096 tokens would do; the floor wins
+    assert decode.longest_context(32768, 4 << 30, 16384) == 131072
+    assert decode.longest_context(1000, 10**6 + 1, 1) == 1024  # 1,001 tokens, rounded up
+    with pytest.raises(KVLibError, match="positive"):
+        decode.longest_context(0, 1, 1)
 
 
 def test_measure_decode_on_a_small_setup():
@@ -68,6 +77,14 @@ def test_measure_decode_on_a_small_setup():
         decode.time_decode(setup, *decode.decode_inputs(setup, 8, 64), impl="flash")
 
 
+def test_bound_breakdown_times_four_reads_of_the_same_bytes():
+    setup = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(256,), threads=1)
+    probe = decode.memory_bandwidth(4 << 20, "cpu", repeats=2, threads=1)
+    rows = decode.bound_breakdown(setup, probe, repeats=2)
+    assert len(rows) == 4 and {r.bytes_read for r in rows} == {32 * 256 * 128 * 4}
+    assert all(r.row()["share of probe"] == r.gbps / probe.best_gbps for r in rows)
+
+
 def test_inputs_are_seeded():
     setup = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(8,))
     a, b = decode.decode_inputs(setup, 4, 8), decode.decode_inputs(setup, 4, 8)
@@ -77,7 +94,7 @@ def test_inputs_are_seeded():
 def test_bench_fields(monkeypatch):
     small = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(256,), threads=1)
     monkeypatch.setattr(decode, "decode_setup", lambda: small)
-    monkeypatch.setattr(decode, "probe_bandwidth", lambda setup: decode.memory_bandwidth(4 << 20, "cpu", repeats=2))
+    monkeypatch.setattr(decode, "probe_bandwidth", lambda setup: decode.memory_bandwidth(4 << 20, "cpu", repeats=2, threads=1))
     fields = decode.bench()
     assert set(fields) == {"decode_attn_bw_fraction", "gqa8_speedup", "mqa_speedup", "grouped_vs_repeat_speedup"}
     assert all(isinstance(v, float) and v > 0 for v in fields.values())

@@ -1,7 +1,10 @@
+import os
+
 import pytest
 import torch
 
 from kvlib import KVLibError
+from kvlib import measure
 from kvlib.measure import Timing, hardware_report, memory_bandwidth, pick_device, time_it, torch_threads
 
 
@@ -56,17 +59,139 @@ def test_hardware_report_has_every_field():
     assert report.num_cpus >= 1 and report.ram_bytes > 0 and report.torch_threads >= 1
     assert report.torch == torch.__version__
     banner = report.banner()
-    assert banner.count("\n") == 3
-    for word in ("CPU", "GPU", "OS", "Python", "torch", "BLAS"):
+    assert banner.count("\n") == 4
+    assert f"LLC {measure._fmt_bytes(report.caches.llc_bytes)}" in banner
+    for word in ("CPU", "Cache", "GPU", "OS", "Python", "torch", "BLAS", "cores", "threads"):
         assert word in banner
     assert (report.gpu_name is None) == (not torch.cuda.is_available())
 
 
-def test_memory_bandwidth_is_bytes_over_time():
-    probe = memory_bandwidth(num_bytes=8 << 20, device="cpu", repeats=3)
-    assert probe.num_bytes == 8 << 20
+def test_memory_bandwidth_is_bytes_over_time_at_the_thread_count_asked():
+    before = torch.get_num_threads()
+    probe = memory_bandwidth(num_bytes=8 << 20, device="cpu", repeats=3, threads=1)
+    assert probe.num_bytes == 8 << 20 and probe.threads == 1
     assert probe.gbps == pytest.approx(probe.num_bytes / probe.timing.median_s / 1e9)
-    assert probe.best_gbps >= probe.gbps > 0
+    assert probe.best_gbps == pytest.approx(probe.num_bytes / probe.timing.min_s / 1e9)
+    assert memory_bandwidth(num_bytes=8 << 20, device="cpu", repeats=1).threads == measure.all_threads()
+    assert torch.get_num_threads() == before
+    with pytest.raises(KVLibError, match="threads must be"):
+        memory_bandwidth(num_bytes=8 << 20, device="cpu", threads=0)
+
+
+def test_memory_bandwidth_defaults_to_a_buffer_from_dram(monkeypatch):
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "4MiB")
+    assert memory_bandwidth(device="cpu", repeats=1).num_bytes == measure.dram_bytes("cpu") == 64 << 20  # the floor
+
+
+def test_matmul_probe_counts_two_flops_per_multiply_add():
+    compute = measure.matmul_gflops("cpu", threads=1, size=64, repeats=2)
+    assert compute.flops == 2 * 64**3 and compute.threads == 1 and compute.dtype == "float32"
+    assert compute.gflops == pytest.approx(compute.flops / compute.timing.median_s / 1e9)
+    with pytest.raises(KVLibError, match="size must be"):
+        measure.matmul_gflops("cpu", size=3)
+
+
+# ---- hardware facts: read, never assumed
+
+
+@pytest.mark.parametrize("text, expected", [("536870912", 512 << 20), ("512MiB", 512 << 20), ("512M", 512 << 20),
+                                            ("32K", 32 << 10), ("1GiB", 1 << 30), (" 2 g ", 2 << 30)])
+def test_parse_bytes(text, expected):
+    assert measure.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-5", "0", "1.5GiB", "12TB"])
+def test_parse_bytes_rejects_nonsense_in_one_line(text):
+    with pytest.raises(KVLibError, match="KVBOOK_LLC_BYTES must be a positive size"):
+        measure.parse_bytes(text, "KVBOOK_LLC_BYTES")
+
+
+def _fake_sysfs(root, caches_per_cpu):
+    """cpuN/cache/indexM/{level,type,size,shared_cpu_list} as Linux lays them out."""
+    for cpu, caches in enumerate(caches_per_cpu):
+        for index, (level, kind, size, shared) in enumerate(caches):
+            d = root / f"cpu{cpu}" / "cache" / f"index{index}"
+            d.mkdir(parents=True)
+            for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+                (d / name).write_text(f"{value}\n")
+    (root / "cpufreq").mkdir()  # not a CPU: ignored
+
+
+def test_sysfs_counts_each_shared_cache_once_and_sums_instances(tmp_path):
+    # two chiplets of two CPUs: an L2 per CPU, an L3 per chiplet (as on an AMD EPYC)
+    cpus = [[(1, "Data", "32K", str(c)), (1, "Instruction", "32K", str(c)), (2, "Unified", "1024K", str(c)),
+             (3, "Unified", "32768K", "0-1" if c < 2 else "2-3")] for c in range(4)]
+    _fake_sysfs(tmp_path, cpus)
+    levels = {(c.level, c.kind): c for c in measure._sysfs_caches(str(tmp_path))}
+    assert levels[(2, "Unified")].num_instances == 4 and levels[(2, "Unified")].size_bytes == 1 << 20
+    assert levels[(3, "Unified")].num_instances == 2 and levels[(3, "Unified")].total_bytes == 64 << 20
+
+
+def test_cache_info_reads_sysfs_and_the_override_replaces_it(monkeypatch, tmp_path):
+    _fake_sysfs(tmp_path, [[(2, "Unified", "2048K", "0"), (3, "Unified", "491520K", "0")]])  # a 480 MiB Xeon
+    monkeypatch.setattr(measure, "SYSFS_CPU_ROOT", str(tmp_path))
+    monkeypatch.setattr(measure.platform, "system", lambda: "Linux")
+    monkeypatch.delenv("KVBOOK_LLC_BYTES", raising=False)
+    info = measure.cache_info("cpu")
+    assert (info.llc_bytes, info.source) == (480 << 20, "sysfs")
+    assert "LLC 480 MiB (sysfs)" in info.describe()
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "1GiB")
+    assert (measure.llc_bytes("cpu"), measure.cache_info("cpu").source) == (1 << 30, "KVBOOK_LLC_BYTES")
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "big")
+    with pytest.raises(KVLibError, match="KVBOOK_LLC_BYTES must be"):
+        measure.llc_bytes("cpu")
+
+
+def test_cache_info_states_its_fallback(monkeypatch):
+    monkeypatch.setattr(measure, "_sysfs_caches", lambda: ())
+    monkeypatch.setattr(measure.platform, "system", lambda: "Linux")
+    monkeypatch.delenv("KVBOOK_LLC_BYTES", raising=False)
+    info = measure.cache_info("cpu")
+    assert info.llc_bytes == measure.FALLBACK_LLC_BYTES and "assumed" in info.source
+
+
+def test_macos_sysctl_and_apple_system_cache(monkeypatch):
+    values = {"hw.perflevel0.l1dcachesize": 131072, "hw.perflevel0.l2cachesize": 16 << 20}
+    monkeypatch.setattr(measure, "_sysctl_caches", lambda: measure._levels_from_sysctl(values.get))
+    monkeypatch.setattr(measure.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(measure.platform, "machine", lambda: "arm64")
+    monkeypatch.delenv("KVBOOK_LLC_BYTES", raising=False)
+    info = measure.cache_info("cpu")
+    assert info.llc_bytes == (16 << 20) + measure.APPLE_SLC_BYTES and "system cache assumed" in info.source
+
+
+@pytest.mark.parametrize("llc_mib", [4, 32, 96, 480, 512, 1024])
+def test_every_size_chosen_from_the_hardware_grows_with_the_llc(monkeypatch, llc_mib):
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", f"{llc_mib}MiB")
+    monkeypatch.setattr(measure, "available_memory_bytes", lambda device=None: 64 << 30)
+    size = measure.dram_size("cpu")
+    assert size.llc_bytes == llc_mib << 20 and not size.bounded
+    assert size.num_bytes == max(4 * llc_mib, 64) << 20  # at 512 MiB the probe reads 2 GiB
+    assert measure.dram_size("cpu", multiple=8).num_bytes == max(8 * llc_mib, 64) << 20
+
+
+def test_dram_size_is_bounded_by_available_memory_and_says_so(monkeypatch):
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "4GiB")
+    monkeypatch.setattr(measure, "available_memory_bytes", lambda device=None: 8 << 30)
+    size = measure.dram_size("cpu")
+    assert size.num_bytes == 2 << 30 and size.wanted_bytes == 16 << 30 and size.bounded
+    with pytest.raises(KVLibError, match="multiple must be"):
+        measure.dram_size("cpu", multiple=0)
+
+
+def test_thread_and_core_counts_are_read():
+    assert 1 <= measure.all_threads() <= (os.cpu_count() or 1)
+    assert 1 <= measure.physical_cores() <= (os.cpu_count() or 1)
+    assert measure.available_memory_bytes("cpu") > 0
+
+
+def test_bench_reports_the_six_hardware_fields(monkeypatch):
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "1MiB")
+    monkeypatch.setattr(measure, "DRAM_FLOOR_BYTES", {"cpu": 4 << 20, "cuda": 1 << 30})
+    fields = measure.bench()
+    assert {"llc_bytes", "mem_probe_bytes", "mem_bandwidth_gbps", "mem_bandwidth_1thread_gbps",
+            "matmul_gflops", "matmul_1thread_gflops"} <= set(fields)
+    assert fields["llc_bytes"] == 1 << 20 and fields["mem_probe_bytes"] == 4 << 20
 
 
 @pytest.mark.parametrize("num_bytes", [0, 100, -5, 1.5e6])

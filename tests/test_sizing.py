@@ -294,6 +294,12 @@ def test_capacity_table_rows():
     rows = s.capacity_table(spec("Llama-3-8B"), 8_030_261_248, 80 * GiB, 8192, batch=8, overhead_bytes=4 * GiB)
     assert [r["kv dtype"] for r in rows] == ["fp16", "fp8", "int8", "int4"]
     assert rows[0]["cache (GiB)"] == 8.0 and rows[0]["max batch at 8,192"] == 61
+    # at batch 8 every dtype reaches Llama-3's own 8,192 tokens: the model caps it, not memory
+    assert [(r["max context at batch 8"], r["max context limited by"]) for r in rows] == [(8192, "model's maximum")] * 4
+    # at batch 128 an fp16 token costs 128 x 128 KiB = 16 MiB; 80 - 4 GiB - 2 x 8.03e9 B of weights
+    # leave 65,543,856,128 B free: 3,906 whole tokens, so memory caps the context
+    wide = s.capacity_table(spec("Llama-3-8B"), 8_030_261_248, 80 * GiB, 8192, batch=128, overhead_bytes=4 * GiB)
+    assert (wide[0]["max context at batch 128"], wide[0]["max context limited by"]) == (3906, "memory")
 
 
 def test_catalog_config_is_a_copy_of_the_quoted_fields():
