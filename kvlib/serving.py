@@ -94,6 +94,7 @@ class Scheduler:
         self.running: list[SeqState] = []
         self.finished: list[SeqState] = []
         self.num_preemptions = 0
+        self.preempted_generated: list[int] = []  # per preemption: tokens the victim had generated (to be recomputed)
         self.held = 0  # slots holding tokens, over running requests
         self.records: list[tuple] = []  # per step: see STEP_FIELDS
 
@@ -114,6 +115,7 @@ class Scheduler:
         self.held -= len(seq.tokens) - 1
         seq.num_preemptions += 1
         self.num_preemptions += 1
+        self.preempted_generated.append(seq.num_generated)
         self.waiting.appendleft(seq)
 
     def schedule(self, now: float) -> StepPlan:

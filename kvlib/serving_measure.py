@@ -198,6 +198,33 @@ def watermark_sweep(requests, num_slots: int, max_len: int, watermarks, runs: di
     return rows
 
 
+def preemption_costs(run: RunResult, requests) -> dict:
+    """What the preemptions of a run (all ``requests``, no prefix caching) cost in recomputation:
+    how many tokens each preempted request had generated (quartiles, and the share that had
+    generated at most 50), and, of all tokens prefilled again, the share that were generated
+    ones rather than prompts (chapter 4: why a larger watermark gains little)."""
+    generated = run.preempted_generated
+    if len(generated) == 0:
+        raise KVLibError(f"the {run.policy} run has no preemptions to look at")
+    recomputed = float(run.steps["prefill_tokens"].sum()) - sum(r.prompt_len for r in requests)
+    q25, q50, q75 = (float(q) for q in np.percentile(generated, [25, 50, 75]))
+    return {"preemptions": len(generated), "generated before preemption: 25%": q25, "median": q50, "75%": q75,
+            "largest": int(generated.max()), "share with <= 50 generated": float(np.mean(generated <= 50)),
+            "tokens recomputed": int(recomputed), "generated share of the recomputed": float(generated.sum()) / recomputed}
+
+
+def cap_table(runs: dict[str, RunResult], max_num_seqs: int = 256) -> list[dict]:
+    """Per saturated paged run (one per trace): its batch, and how often the scheduler's cap on running
+    requests, not memory, is what stops admission (:meth:`RunResult.at_cap`)."""
+    rows = []
+    for trace, run in runs.items():
+        share, free_at_cap, free_else = run.at_cap(max_num_seqs)
+        rows.append({"trace": trace, "mean batch": run.mean_batch, "largest batch": run.max_batch,
+                     f"steps at the cap of {max_num_seqs} (%)": 100 * share, "budget free at the cap (%)": 100 * free_at_cap,
+                     "budget free below the cap (%)": 100 * free_else})
+    return rows
+
+
 def latency_curve(spec: TraceSpec, policies, rates: dict[str, list[float]], num_requests: int, num_slots: int,
                   step_model: StepTimeModel, seed: int = 1, progress: bool = True) -> list[dict]:
     """Normalised latency (s per output token) and throughput at each request rate, per policy (Poisson arrivals)."""

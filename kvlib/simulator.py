@@ -16,7 +16,7 @@ sequences run. :class:`RunResult` turns the records into the chapter's numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -83,6 +83,8 @@ class RunResult:
     finished: list[SeqState]
     steps: dict[str, np.ndarray]  # STEP_FIELDS plus "duration_s"
     num_preemptions: int
+    preempted_generated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per preemption:
+    # the tokens the preempted request had generated, which its recomputation prefills again with its prompt
 
     @property
     def makespan_s(self) -> float:
@@ -120,6 +122,18 @@ class RunResult:
     def max_batch(self) -> int:
         return int(self.steps["num_seqs"].max())
 
+    def at_cap(self, max_num_seqs: int = SchedulerConfig().max_num_seqs) -> tuple[float, float, float]:
+        """(share of the steps while requests wait that run ``max_num_seqs`` sequences, the budget's free
+        share in those steps, and in the others): where the scheduler's cap, not memory, stops admission
+        (chapter 4). A share is 0.0 when there are no such steps."""
+        busy = self._busy()
+        capped = busy & (self.steps["num_seqs"] >= max_num_seqs)
+
+        def free(steps):
+            return float(self.steps["free"][steps].mean()) / self.num_slots if steps.any() else 0.0
+
+        return float(capped.sum() / busy.sum()), free(capped), free(busy & ~capped)
+
     @property
     def tokens_per_s(self) -> float:
         """Generated tokens per second while requests wait: the server's capacity."""
@@ -156,7 +170,7 @@ class RunResult:
         firsts, lasts = moved([s.first_token_s for s in self.finished]), moved([s.finish_s for s in self.finished])
         finished = [replace(s, first_token_s=f, finish_s=t) for s, f, t in zip(self.finished, firsts, lasts)]
         return RunResult(self.policy, self.num_slots, finished, dict(steps, start_s=new_ends - durations, duration_s=durations),
-                         self.num_preemptions)
+                         self.num_preemptions, self.preempted_generated)
 
 
 def result_from(scheduler: Scheduler, policy: str, durations: list[float]) -> RunResult:
@@ -165,7 +179,7 @@ def result_from(scheduler: Scheduler, policy: str, durations: list[float]) -> Ru
     steps = {name: records[:, i] for i, name in enumerate(STEP_FIELDS)}
     steps["duration_s"] = np.array(durations)
     return RunResult(policy, scheduler.memory.num_slots, sorted(scheduler.finished, key=lambda s: s.seq_id), steps,
-                     scheduler.num_preemptions)
+                     scheduler.num_preemptions, np.array(scheduler.preempted_generated, dtype=np.int64))
 
 
 def simulate(requests: list[Request], policy: str, num_slots: int, step_model: StepTimeModel, max_len: int = 2048,

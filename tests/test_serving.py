@@ -228,6 +228,10 @@ def test_the_youngest_request_is_preempted_and_resumes_first():
         scheduler.complete(plan, [7] * plan.num_seqs, 0.0)
     counts = {s.seq_id: s.num_preemptions for s in scheduler.finished}
     assert counts[0] == 0 and counts[2] >= 1  # the oldest is never the victim
+    # all three hold 2 blocks after 4 generated tokens; the 9th token of each needs a third, and only
+    # 6 blocks exist: the youngest (2) is preempted with 5 generated, and its recomputation prefills 4 + 5
+    assert scheduler.preempted_generated == [5]
+    assert sum(record[2] for record in scheduler.records) == 3 * 4 + (4 + 5)
     assert scheduler.held == 0 and not scheduler.running and len(scheduler.finished) == 3
     assert all(s.generated == [7] * 8 for s in scheduler.finished)
 

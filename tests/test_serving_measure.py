@@ -104,3 +104,27 @@ def test_a_higher_watermark_preempts_less_and_holds_fewer_tokens(runs):
     assert all(r["prefilled / prompt tokens"] >= 1 and r["paged / max"] > 1 for r in rows)
     with pytest.raises(KVLibError, match="watermark"):
         sm.watermark_sweep(requests, 4096, SHAREGPT.max_len, [1.0], runs, UNIT, progress=False)
+
+
+def test_preemption_costs_count_what_recomputation_prefills_again(runs):
+    requests = make_trace(SHAREGPT, 150, math.inf, seed=0)
+    paged = runs["paged"]
+    costs = sm.preemption_costs(paged, requests)
+    assert costs["preemptions"] == paged.num_preemptions == len(paged.preempted_generated) > 0
+    # without prefix caching every request is prefilled once, and again (prompt + generated) per preemption
+    prompts = sum(r.prompt_len for r in requests)
+    assert costs["tokens recomputed"] == paged.steps["prefill_tokens"].sum() - prompts
+    assert costs["generated share of the recomputed"] == pytest.approx(paged.preempted_generated.sum() / costs["tokens recomputed"])
+    assert 0 < costs["generated share of the recomputed"] < 1
+    assert costs["generated before preemption: 25%"] <= costs["median"] <= costs["75%"] <= costs["largest"]
+    with pytest.raises(KVLibError, match="no preemptions"):
+        sm.preemption_costs(runs["max"], requests)
+
+
+def test_cap_table_finds_the_steps_where_the_cap_binds(runs):
+    (row,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=runs["paged"].max_batch)
+    assert row["largest batch"] == runs["paged"].max_batch and row["steps at the cap of %d (%%)" % row["largest batch"]] > 0
+    (never,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=10_000)
+    assert never["steps at the cap of 10000 (%)"] == 0 and never["budget free at the cap (%)"] == 0
+    share, free_at_cap, free_else = runs["paged"].at_cap(10_000)
+    assert share == 0 and free_else == pytest.approx(runs["paged"].memory_shares()["free"])
