@@ -40,7 +40,8 @@ def _output_text(output) -> str:
 
 def hygiene_problems(path: Path) -> list[str]:
     """What is wrong with a committed notebook: unexecuted or out-of-order cells,
-    stored errors, machine paths in outputs, or too large a file."""
+    stored errors, machine paths in outputs, assertions without their classification,
+    or too large a file."""
     problems = []
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
         problems.append(f"file is {path.stat().st_size / 1e6:.1f} MB, over {MAX_NOTEBOOK_BYTES / 1e6:.0f} MB")
@@ -62,6 +63,55 @@ def hygiene_problems(path: Path) -> list[str]:
             match = MACHINE_PATH.search(text)
             if match:
                 problems.append(f"code cell {i} output shows a local path near {text[max(0, match.start() - 20):match.end() + 20]!r}")
+        problems.extend(f"code cell {i}: {problem}" for problem in unclassified_assertions(cell.source))
+    return problems
+
+
+# Every assertion in a notebook says what kind of claim it checks (DEVELOPERS' rule, issue 1/7):
+#   [exact]       a deterministic output (sizes, tokens, block tables, counts);
+#   [guaranteed]  a claim physics or arithmetic guarantees, with the argument for its margin;
+#   [sanity]      a labelled sanity bound, with the gross failure it catches.
+ASSERTION_TAG = re.compile(r"\[(exact|guaranteed|sanity)\]\s*(.*)")
+MIN_ARGUMENT_WORDS = {"exact": 0, "guaranteed": 6, "sanity": 3}
+
+
+def _tag_problem(comment: str) -> str | None:
+    """None when ``comment`` carries a tag with enough words after it, else what is missing."""
+    match = ASSERTION_TAG.search(comment)
+    if not match:
+        return "has no [exact], [guaranteed] or [sanity] tag"
+    kind, argument = match.group(1), match.group(2)
+    if len(argument.split()) < MIN_ARGUMENT_WORDS[kind]:
+        return f"is tagged [{kind}] without its argument (at least {MIN_ARGUMENT_WORDS[kind]} words)"
+    return None
+
+
+def unclassified_assertions(source: str) -> list[str]:
+    """Assertions in a code cell whose tag is missing: on the assert's first line or in the
+    block of comment lines right above it (a comment block covers the one assert below it)."""
+    import ast
+    import io
+    import tokenize
+
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []  # the notebook's own execution reports it
+    lines = code.splitlines()
+    comments = {tok.start[0]: tok.string for tok in tokenize.generate_tokens(io.StringIO(code + "\n").readline)
+                if tok.type == tokenize.COMMENT}
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assert):
+            continue
+        block, line = [comments.get(node.lineno, "")], node.lineno - 1
+        while line >= 1 and lines[line - 1].strip().startswith("#"):
+            block.insert(0, lines[line - 1].strip())
+            line -= 1
+        problem = _tag_problem(" ".join(block))
+        if problem:
+            problems.append(f"assert on line {node.lineno} ({lines[node.lineno - 1].strip()[:50]!r}) {problem}")
     return problems
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.nbtools import hygiene_problems
+from tests.nbtools import hygiene_problems, unclassified_assertions
 from tests.toc import ROOT, toc_files, toc_notebooks
 
 BOOK_NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
@@ -67,3 +67,38 @@ def test_checker_catches_stored_errors(tmp_path):
 def test_checker_catches_machine_paths(tmp_path, text):
     stream = {"output_type": "stream", "name": "stdout", "text": f"warning in {text}\n"}
     assert "local path" in " ".join(hygiene_problems(_notebook(tmp_path, [_cell("print()", 1, [stream])])))
+
+
+# ---- every assertion says what kind of claim it is
+
+
+@pytest.mark.parametrize("source", [
+    "assert x == 3  # [exact] three blocks",
+    "# [exact]\nassert x == 3",
+    "# [guaranteed] reading 4x the bytes from DRAM takes 4x the time, give or take noise\nassert 2 < r < 8",
+    "# [sanity] catches a probe that returns zero\n# (second line of the comment)\nassert r > 0",
+    "for i in range(3):\n    # [exact] one per step\n    assert i < 3",
+    "%time x = 1\n# [exact] a magic line is skipped\nassert x == 1",
+    "y = 1\n\nprint('no assertion here')",
+])
+def test_classified_assertions_pass(source):
+    assert unclassified_assertions(source) == []
+
+
+@pytest.mark.parametrize("source, problem", [
+    ("assert x == 3", "has no [exact]"),
+    ("assert r < 8  # a wide margin", "has no [exact]"),
+    ("# [guaranteed] it holds\nassert r < 8", "without its argument"),
+    ("# [sanity]\nassert r > 0", "without its argument"),
+    ("# [exact] covers the first only\nassert a == 1\nassert b == 2", "line 3"),
+    ("# [exact] a blank line breaks the block\n\nassert a == 1", "has no"),
+    ("if ok:\n    assert (\n        a == 1\n    )", "line 2"),
+])
+def test_unclassified_assertions_are_caught(source, problem):
+    found = unclassified_assertions(source)
+    assert len(found) == 1 and problem in found[0], found
+
+
+def test_hygiene_reports_an_unclassified_assertion(tmp_path):
+    path = _notebook(tmp_path, [_cell("assert 1 + 1 == 2", 1)])
+    assert "has no [exact], [guaranteed] or [sanity] tag" in " ".join(hygiene_problems(path))
