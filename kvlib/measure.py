@@ -167,6 +167,14 @@ class CacheInfo:
     llc_bytes: int  # all instances of the last level together: data must exceed this to come from DRAM
     source: str  # where llc_bytes came from: sysfs, sysctl, the GPU, KVBOOK_LLC_BYTES or the fallback
 
+    @property
+    def largest_instance_bytes(self) -> int | None:
+        """One instance of the largest reported data cache: what a single core's reads can fill
+        (None when nothing was reported). Unlike ``llc_bytes`` it ignores the override: it is
+        the real cache, which chapter 0 reads from to show the difference."""
+        data = [c for c in self.levels if c.kind != "Instruction"]
+        return max(c.size_bytes for c in data) if data else None
+
     def describe(self) -> str:
         levels = ", ".join(
             f"L{c.level}{'d' if c.kind == 'Data' else 'i' if c.kind == 'Instruction' else ''} "
