@@ -1,4 +1,4 @@
-"""Why fewer KV heads decode faster: one decode step's attention is memory-bound (chapter 2).
+"""Why fewer KV heads decode faster: one decode step's attention reads the whole cache (chapter 2).
 
 At each generated token, every layer's attention has one query per sequence and must read
 the whole K and V cache of that layer once. It does about 4 x num_heads x head_dim floating
@@ -10,9 +10,11 @@ that time for several numbers of KV heads and context lengths and turns it into 
 GB/s (bytes read / time) and GFLOP/s, to set beside the bandwidth probe of
 :func:`kvlib.measure.memory_bandwidth` on a roofline plot.
 
-Sizes depend on the device (:func:`decode_setup`): K and V must be far larger than the
-CPU's caches (else they are read from cache, faster than memory), and on a GPU the batch
-is larger so that reading them takes longer than launching the kernels. On the CPU the
+Sizes come from the hardware (:func:`decode_setup`): at the longest context K and V each
+exceed four times the last-level cache (else they are read from cache, faster than
+memory), and on a GPU reading them also takes far longer than launching the kernels.
+:func:`bound_breakdown` shows what bounds PyTorch's products on this machine when
+they do not reach the memory's rate. On the CPU the
 experiment runs on one thread, bandwidth probe included: on a shared machine a
 multi-threaded kernel waits at each barrier for a descheduled thread, which makes a small
 step as slow as a large one; one thread gives every configuration the same conditions.
@@ -145,6 +147,11 @@ class DecodeMeasurement:
     def gbps(self) -> float:
         """Achieved bandwidth: K/V bytes over the median time (GB/s = 1e9 B/s)."""
         return self.kv_bytes / self.timing.median_s / 1e9
+
+    @property
+    def best_gbps(self) -> float:
+        """Bandwidth of the fastest sample: what the step achieved when least disturbed."""
+        return self.kv_bytes / self.timing.min_s / 1e9
 
     @property
     def gflops(self) -> float:

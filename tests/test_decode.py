@@ -42,6 +42,7 @@ def test_measurement_counts_bytes_and_flops():
     assert m.flops == 4 * 2 * 32 * 1000 * 128
     assert m.intensity == 2 * (32 // 8) / 2
     assert m.gbps == m.kv_bytes / 0.5 / 1e9 and m.gflops == m.flops / 0.5 / 1e9
+    assert m.best_gbps == m.kv_bytes / 0.4 / 1e9
 
 
 def test_per_device_sizes_come_from_the_last_level_cache(monkeypatch):
