@@ -99,3 +99,18 @@ def test_bench_fields(monkeypatch):
     fields = decode.bench()
     assert set(fields) == {"decode_attn_bw_fraction", "gqa8_speedup", "mqa_speedup", "grouped_vs_repeat_speedup"}
     assert all(isinstance(v, float) and v > 0 for v in fields.values())
+
+
+def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):
+    """The CUDA branch without a GPU: every fact it reads is stubbed with an H100-like value."""
+    fake_probe = decode.Bandwidth("cuda", 1 << 30, decode.Timing(0.25e-3, 0.25e-3, 0.3e-3, (0.25e-3,)))  # 4.3 TB/s
+    monkeypatch.setattr(decode, "launch_overhead_s", lambda device: 5e-6)
+    monkeypatch.setattr(decode, "memory_bandwidth", lambda device: fake_probe)
+    monkeypatch.setattr(decode, "dram_bytes", lambda device: 1 << 30)
+    monkeypatch.setattr(decode, "available_memory_bytes", lambda device: 80 << 30)
+    gpu = decode.decode_setup("cuda")
+    assert gpu.dtype == torch.float16 and gpu.batch == 8 and gpu.threads is None
+    # 100 launches x 5 us x 4.29e12 B/s = 2.1e9 B to read, 128 KiB per token: 16,384 tokens
+    assert gpu.contexts == (1024, 4096, 16384)
+    monkeypatch.setattr(decode, "available_memory_bytes", lambda device: 4 << 30)  # a small GPU caps it
+    assert decode.decode_setup("cuda").longest == 8192  # 1 GiB / 128 KiB

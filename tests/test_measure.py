@@ -27,7 +27,16 @@ def test_time_it_warms_up_then_repeats():
     timing = time_it(lambda: calls.append(1), repeats=4, warmup=2, number=3)
     assert len(calls) == 2 + 4 * 3
     assert len(timing.samples) == 4
-    assert timing.min_s <= timing.median_s <= timing.max_s
+
+
+def test_time_it_divides_each_sample_by_number_and_reports_median_min_max(monkeypatch):
+    # a fake clock: the five samples last 3, 9, 6, 30 and 12 ticks of 1 s for number=3 calls
+    ticks = iter([0, 3, 10, 19, 20, 26, 30, 60, 70, 82])
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(ticks))
+    timing = time_it(lambda: None, repeats=5, warmup=0, number=3)
+    assert timing.samples == (1.0, 3.0, 2.0, 10.0, 4.0)
+    assert (timing.median_s, timing.min_s, timing.max_s) == (3.0, 1.0, 10.0)
+    assert timing.spread == 10.0
 
 
 def test_time_it_reports_the_median_not_the_mean():
