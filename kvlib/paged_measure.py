@@ -4,18 +4,18 @@ that contiguous reservation wastes, and ``bench()`` for ``python -m kvlib bench`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+import statistics
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
 
 import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention
-from kvlib.measure import torch_threads
-from kvlib.measure import pick_device, time_it
+from kvlib.measure import Timing, dram_bytes, pick_device, time_it, torch_threads
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import BlockManager
-from kvlib.paged_attention import GatherBuffer, generate_paged, paged_attention
+from kvlib.paged_attention import GatherBuffer, attend_gathered, gather_blocks, generate_paged, paged_attention
 
 
 @dataclass(frozen=True)
@@ -72,12 +72,54 @@ def paged_vs_contiguous_error(case: DecodeCase) -> float:
     return worst
 
 
+def time_interleaved(
+    fns: Mapping[str, Callable[[], object]], rounds: int = 7, device=None, target_s: float | None = None
+) -> dict[str, Timing]:
+    """Time several functions in interleaved rounds, every sample the same length (chapters 3 and 6).
+
+    Each function first runs until warm; then it is given enough back-to-back calls per
+    sample to last about ``target_s`` (None: as long as the slowest function's call, and at
+    least 10 ms), and every round takes one sample of each, in the same order. Two things
+    make the comparison fair on a busy machine. A program that slows the machine for a while
+    slows whichever samples run meanwhile, so across the rounds it lands on all the
+    functions instead of on the whole run of one. And samples of equal length see the same
+    share of any steady load (time slices given to other programs), where a short sample
+    could slip between two slices and a long one could not. Load can only lengthen a sample,
+    so the fastest of each (``Timing.min_s``) is the one to compare.
+    """
+    if not fns:
+        raise KVLibError("time_interleaved needs at least one function to time")
+    if not isinstance(rounds, int) or rounds < 1:
+        raise KVLibError(f"rounds must be an integer >= 1, not {rounds!r}")
+    once = {name: time_it(fn, repeats=1, warmup=1, device=device).min_s for name, fn in fns.items()}
+    target = max(0.01, *once.values()) if target_s is None else target_s
+    numbers = {name: max(1, round(target / max(t, 1e-7))) for name, t in once.items()}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(time_it(fn, repeats=1, warmup=0, number=numbers[name], device=device).min_s)
+    return {name: Timing(statistics.median(s), min(s), max(s), tuple(s)) for name, s in samples.items()}
+
+
+def round_median(expression: Callable[..., float], *timings: Timing) -> float:
+    """Median over the rounds of :func:`time_interleaved` of ``expression`` applied to the
+    timings' samples of one round (e.g. ``lambda p, c: p / c`` for a ratio of two kernels).
+
+    The samples of one round run back to back, so load that lasts a round scales them
+    alike and cancels in a ratio; the median then sets aside the rounds that a burst of load
+    hit unevenly. This is how chapters 3 and 6 compare timings; the fastest samples are shown.
+    """
+    if not timings or len({len(t.samples) for t in timings}) != 1:
+        raise KVLibError("round_median needs timings with the same number of rounds")
+    return statistics.median(expression(*values) for values in zip(*(t.samples for t in timings)))
+
+
 @dataclass(frozen=True)
 class KernelSizes:
     """Decode-attention shapes for the timing of chapter 3, chosen per device.
 
-    A CPU reads a few MiB of K/V per call in milliseconds; a GPU needs far larger
-    batches and lengths before it is bound by memory rather than by kernel launches.
+    ``lengths`` end with the longest, whose K+V (every sequence of the batch) the claims of
+    chapter 3 need to come from DRAM; :func:`kernel_sizes` picks it from the hardware.
     """
 
     batch: int
@@ -87,45 +129,105 @@ class KernelSizes:
     lengths: tuple[int, ...]
     dtype: torch.dtype
 
+    def kv_bytes(self, length: int) -> int:
+        """Bytes of K and V that one decode step over ``length`` tokens per sequence reads."""
+        return 2 * self.batch * self.num_kv_heads * length * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
 
-def kernel_sizes(device) -> KernelSizes:
-    if torch.device(device).type == "cuda":
-        return KernelSizes(batch=32, num_heads=32, num_kv_heads=8, head_dim=128, lengths=(1024, 4096, 16384), dtype=torch.float16)
-    return KernelSizes(batch=4, num_heads=16, num_kv_heads=4, head_dim=64, lengths=(256, 1024, 4096), dtype=torch.float32)
+
+# Fewest tokens of the longest length: CPU, a step long enough to time; GPU, one that reads
+# 2 GiB, far longer than the launches of the step's few dozen kernels.
+MIN_LONGEST = {"cpu": 4096, "cuda": 16384}
+
+
+def kernel_sizes(device=None) -> KernelSizes:
+    """Shapes per device: the longest length is the shortest power of two (at least
+    ``MIN_LONGEST``) whose K+V reach :func:`kvlib.measure.dram_bytes`, four times the
+    last-level cache or more, so that at most a quarter of them can be served from the
+    cache; the other lengths are a quarter and a sixteenth of it.
+
+    CPU: float32, 4 sequences, 16 query and 4 KV heads of width 64 (8 KiB of K+V per
+    token). GPU: float16, 32 sequences, 32 query and 8 KV heads of width 128 (128 KiB).
+    """
+    device = pick_device() if device is None else torch.device(device)
+    if device.type == "cuda":
+        sizes = KernelSizes(batch=32, num_heads=32, num_kv_heads=8, head_dim=128, lengths=(1,), dtype=torch.float16)
+    else:
+        sizes = KernelSizes(batch=4, num_heads=16, num_kv_heads=4, head_dim=64, lengths=(1,), dtype=torch.float32)
+    tokens = max(MIN_LONGEST[device.type], -(-dram_bytes(device) // sizes.kv_bytes(1)))
+    longest = 1 << (tokens - 1).bit_length()
+    return replace(sizes, lengths=(longest // 16, longest // 4, longest))
+
+
+def timing_case(length: int, block_size: int, sizes: KernelSizes, seed: int = 0, device=None):
+    """One decode step's inputs for the timing: q, a pool of shuffled blocks holding every
+    sequence's K and V, its block tables and lengths, and the same K and V stored contiguously.
+
+    The contiguous copy is the pool's gather (token-major, as :func:`paged_attention` sees
+    it after its gather), so the contiguous kernel runs the very arithmetic of the paged one
+    on the same layout. ``length`` must be a multiple of ``block_size``: every block full.
+    """
+    if length % block_size:
+        raise KVLibError(f"length {length} is not a multiple of block size {block_size}")
+    device = pick_device() if device is None else torch.device(device)
+    per_seq = length // block_size
+    num_blocks = sizes.batch * per_seq
+    order = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed))  # physical block of each logical one
+    tables = order.view(sizes.batch, per_seq).to(device)
+    generator = torch.Generator(device).manual_seed(seed)
+    shape = (num_blocks, block_size, sizes.num_kv_heads, sizes.head_dim)
+    k_cache = torch.empty(shape, device=device, dtype=sizes.dtype).normal_(generator=generator)
+    v_cache = torch.empty(shape, device=device, dtype=sizes.dtype).normal_(generator=generator)
+    q = torch.empty(sizes.batch, sizes.num_heads, 1, sizes.head_dim, device=device, dtype=sizes.dtype)
+    q.normal_(generator=generator)
+    k, v = gather_blocks(k_cache, tables), gather_blocks(v_cache, tables)  # fresh contiguous tensors
+    seq_lens = torch.full((sizes.batch,), length, device=device)
+    return q, k_cache, v_cache, tables, seq_lens, k, v
 
 
 def time_decode_attention(
-    block_sizes: Sequence[int] = (8, 16, 32, 64, 128), sizes: KernelSizes | None = None, device=None, repeats: int = 7
+    block_sizes: Sequence[int] = (8, 16, 32, 64, 128), sizes: KernelSizes | None = None, device=None, rounds: int = 7
 ) -> list[dict]:
-    """Time one decode step of attention, contiguous vs paged, for each length and block size.
+    """Time one decode step of attention three ways, for each length and block size.
 
-    Every sequence of the batch has the same length, so the contiguous baseline is exactly
-    what :class:`kvlib.cache.ContiguousKVCache` runs; the paged kernel reads the same K/V
-    from shuffled blocks. The two are timed back to back for every block size, and each row
-    gives the fastest repeat of both and their ratio: a program that steals the processor
-    for a moment can only make a repeat slower. On the CPU the timing uses one thread: on a
-    shared two-core machine a second thread is often descheduled, and every parallel
-    operation then waits for it.
+    - ``contiguous``: :func:`attend_gathered` on K and V stored contiguously, i.e. the paged
+      kernel's arithmetic without its gather (every sequence has the same length, so no mask);
+    - ``gather``: the paged kernel's gather alone, K and V copied out of the shuffled blocks;
+    - ``paged``: :func:`paged_attention` itself, gather then arithmetic.
+
+    The three are timed in interleaved rounds (:func:`time_interleaved`). Each row gives
+    their fastest samples, the bytes of K+V one step reads, and three ratios, each the
+    median over the rounds (:func:`round_median`): ``ratio`` = paged / contiguous,
+    ``sum_ratio`` = paged / (gather + contiguous) and ``gather_ratio`` = gather / contiguous.
+    On the CPU the timing uses one thread: on a shared two-core machine a second thread is
+    often descheduled, and every parallel operation then waits for it.
     """
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
+    group = sizes.num_heads // sizes.num_kv_heads
     rows = []
-    with torch_threads(1 if device.type == "cpu" else None):
+    with torch.inference_mode(), torch_threads(1 if device.type == "cpu" else None):
         for length in sizes.lengths:
             for block_size in block_sizes:
-                case = random_decode_case(
-                    [length] * sizes.batch, block_size, sizes.num_heads, sizes.num_kv_heads, sizes.head_dim,
-                    seed=length + block_size, device=device, dtype=sizes.dtype,
-                )
-                k, v = torch.cat(case.k), torch.cat(case.v)  # (batch, kv_heads, length, head_dim)
-                contiguous = lambda: grouped_attention(case.q, k, v, length - 1)  # noqa: E731
-                buffers = (GatherBuffer(), GatherBuffer())
-                paged = lambda: paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers)  # noqa: E731
-                contiguous_s = time_it(contiguous, repeats=repeats, warmup=2, device=device).min_s
-                paged_s = time_it(paged, repeats=repeats, warmup=2, device=device).min_s
-                rows.append(dict(length=length, block_size=block_size, contiguous_ms=contiguous_s * 1e3,
-                                 paged_ms=paged_s * 1e3, ratio=paged_s / contiguous_s))
-                del case, k, v, buffers
+                q, k_cache, v_cache, tables, seq_lens, k, v = timing_case(
+                    length, block_size, sizes, seed=length + block_size, device=device)
+                q5 = q.view(sizes.batch, sizes.num_kv_heads, group, 1, sizes.head_dim)
+                buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())
+                gather_buffers = (GatherBuffer(), GatherBuffer())
+                scores = GatherBuffer()
+                timings = time_interleaved({
+                    "contiguous": lambda: attend_gathered(q5, k, v, None, scores),
+                    "gather": lambda: (gather_blocks(k_cache, tables, gather_buffers[0]),
+                                       gather_blocks(v_cache, tables, gather_buffers[1])),
+                    "paged": lambda: paged_attention(q, k_cache, v_cache, tables, seq_lens, buffers),
+                }, rounds=rounds, device=device)
+                ms = {name: t.min_s * 1e3 for name, t in timings.items()}
+                parts = timings["paged"], timings["gather"], timings["contiguous"]
+                rows.append(dict(length=length, block_size=block_size, kv_bytes=sizes.kv_bytes(length),
+                                 contiguous_ms=ms["contiguous"], gather_ms=ms["gather"], paged_ms=ms["paged"],
+                                 ratio=round_median(lambda p, g, c: p / c, *parts),
+                                 sum_ratio=round_median(lambda p, g, c: p / (g + c), *parts),
+                                 gather_ratio=round_median(lambda p, g, c: g / c, *parts)))
+                del q, k_cache, v_cache, k, v, buffers, gather_buffers, scores, timings
     return rows
 
 
@@ -145,7 +247,7 @@ def bench() -> dict:
     """Benchmarks of chapter 3 for ``python -m kvlib bench``."""
     device = pick_device()
     sizes = kernel_sizes(device)
-    rows = time_decode_attention(block_sizes=(16,), sizes=KernelSizes(**{**sizes.__dict__, "lengths": sizes.lengths[-1:]}), device=device)
+    rows = time_decode_attention(block_sizes=(16,), sizes=replace(sizes, lengths=sizes.lengths[-1:]), device=device)
     return {"paged_kernel_overhead": round(rows[0]["ratio"], 3), "paged_tokens_identical": tokens_identical()}
 
 

@@ -136,13 +136,60 @@ def test_reservation_waste_counts_slots():
         reservation_waste([0, 3], max_len=64)
 
 
-def test_decode_timing_rows_have_both_times():
+def test_decode_timing_rows_have_all_three_times():
     sizes = KernelSizes(batch=2, num_heads=4, num_kv_heads=2, head_dim=8, lengths=(32,), dtype=torch.float32)
     threads = torch.get_num_threads()
-    rows = time_decode_attention(block_sizes=(4, 8), sizes=sizes, device="cpu", repeats=1)
+    rows = time_decode_attention(block_sizes=(4, 8), sizes=sizes, device="cpu", rounds=1)
     assert torch.get_num_threads() == threads  # the one-thread timing restores the setting
     assert [(r["length"], r["block_size"]) for r in rows] == [(32, 4), (32, 8)]
-    assert all(r["contiguous_ms"] > 0 and r["paged_ms"] > 0 and r["ratio"] > 0 for r in rows)
+    assert all(r["kv_bytes"] == 2 * 2 * 2 * 32 * 8 * 4 for r in rows)  # K and V, batch, kv heads, tokens, width, fp32
+    assert all(r["contiguous_ms"] > 0 and r["gather_ms"] > 0 and r["paged_ms"] > 0 for r in rows)
+    assert all(r["ratio"] == r["paged_ms"] / r["contiguous_ms"] for r in rows)
+
+
+def test_timing_case_stores_the_same_kv_contiguously_and_in_blocks():
+    sizes = KernelSizes(batch=3, num_heads=4, num_kv_heads=2, head_dim=8, lengths=(32,), dtype=torch.float32)
+    q, k_cache, v_cache, tables, seq_lens, k, v = paged_measure.timing_case(32, 8, sizes, seed=1, device="cpu")
+    assert k_cache.shape == (3 * 4, 8, 2, 8) and k.shape == (3, 32, 2, 8) and tables.shape == (3, 4)
+    assert sorted(tables.flatten().tolist()) == list(range(12))  # every block used once, shuffled
+    assert tables.flatten().tolist() != list(range(12))
+    for seq in range(3):
+        for pos in (0, 9, 31):
+            block, offset = tables[seq, pos // 8], pos % 8
+            assert torch.equal(k[seq, pos], k_cache[block, offset]) and torch.equal(v[seq, pos], v_cache[block, offset])
+    assert seq_lens.tolist() == [32, 32, 32] and q.shape == (3, 4, 1, 8)
+    # the contiguous kernel of the timing computes what the paged kernel computes
+    q5 = q.view(3, 2, 2, 1, 8)
+    contiguous = paged_measure.attend_gathered(q5, k, v, None).transpose(0, 1).reshape(3, 4, 1, 8)
+    paged = paged_measure.paged_attention(q, k_cache, v_cache, tables, seq_lens)
+    assert torch.allclose(contiguous, paged, atol=ATOL)
+    with pytest.raises(KVLibError, match="not a multiple of block size"):
+        paged_measure.timing_case(30, 8, sizes, device="cpu")
+
+
+def test_kernel_sizes_reach_dram_bytes(monkeypatch):
+    monkeypatch.setenv("KVBOOK_LLC_BYTES", "256MiB")
+    sizes = paged_measure.kernel_sizes("cpu")
+    longest = sizes.lengths[-1]
+    assert sizes.lengths == (longest // 16, longest // 4, longest)
+    assert longest & (longest - 1) == 0 and longest >= paged_measure.MIN_LONGEST["cpu"]
+    target = paged_measure.dram_bytes("cpu")
+    assert sizes.kv_bytes(longest) >= target > sizes.kv_bytes(longest // 2) or longest == paged_measure.MIN_LONGEST["cpu"]
+    if target == 4 * 256 * 2**20:  # not capped by this machine's memory
+        assert longest == 131072  # 1 GiB of K+V at 8 KiB per token
+
+
+def test_time_interleaved_keeps_every_sample_in_rounds():
+    calls = []
+    timings = paged_measure.time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                                             rounds=3, target_s=0)
+    assert set(timings) == {"a", "b"} and all(len(t.samples) == 3 for t in timings.values())
+    assert all(t.min_s <= t.median_s <= t.max_s for t in timings.values())
+    assert calls[-6:] == ["a", "b"] * 3  # one call per sample (target 0 s), alternating
+    with pytest.raises(KVLibError, match="rounds"):
+        paged_measure.time_interleaved({"a": lambda: None}, rounds=0)
+    with pytest.raises(KVLibError, match="at least one"):
+        paged_measure.time_interleaved({})
 
 
 def test_tokens_identical_is_true_for_the_paged_cache():
