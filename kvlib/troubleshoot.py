@@ -11,6 +11,11 @@ ends of that story:
 - :func:`requests_that_fit` answers the planning question for a real model: how many
   requests of given lengths can hold their caches at once in the free memory of a GPU,
   when each reserves its maximum length (contiguous) or only the blocks it fills (paged).
+
+Section 2 of the page (decoding slows down as the context grows) measures with
+:func:`measure_growth` and checks the growth against :func:`growth_bounds`, the arithmetic
+of a step that costs a fixed amount plus the same work per cached token, at most a cache's
+worth of which can come from the last-level cache.
 """
 
 from __future__ import annotations
@@ -18,10 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import torch
+
 from kvlib import KVLibError
+from kvlib.attention import grouped_attention
 from kvlib.cache import kv_bytes_per_token
+from kvlib.decode import DecodeMeasurement, DecodeSetup, decode_inputs, probe_bandwidth
+from kvlib.measure import Bandwidth, available_memory_bytes, llc_bytes, torch_threads
 from kvlib.model import TinyLlama
 from kvlib.paged_attention import generate_paged
+from kvlib.paged_measure import round_median, time_interleaved
 
 
 @dataclass(frozen=True)
@@ -88,3 +99,129 @@ def requests_that_fit(lengths: Sequence[int], free_bytes: int, bytes_per_token: 
             break
         fitted += 1
     return fitted
+
+
+# --------------------------------------------------------------------------- section 2: slow long contexts
+
+TINY_CONTEXT = 16  # tokens: a step this short costs its fixed per-call cost and hardly anything else
+
+
+@dataclass(frozen=True)
+class GrowthRun:
+    """Decode steps of one layer's attention, timed together by :func:`measure_growth`.
+
+    ``steps`` holds MHA at ``TINY_CONTEXT`` tokens and at every context of the setup, then
+    GQA-8 and MQA at the longest; each timing's ``min_s`` is its fastest of the interleaved
+    rounds. ``probe`` is the DRAM bandwidth probe at the setup's thread count.
+    """
+
+    setup: DecodeSetup
+    llc_bytes: int
+    probe: Bandwidth
+    steps: tuple[DecodeMeasurement, ...]
+
+    def step(self, num_kv_heads: int, context: int) -> DecodeMeasurement:
+        for m in self.steps:
+            if (m.num_kv_heads, m.context) == (num_kv_heads, context):
+                return m
+        raise KVLibError(f"no step with {num_kv_heads} KV heads at {context:,} tokens was measured")
+
+    def dram_share(self, m: DecodeMeasurement) -> float:
+        """The least share of the step's K+V that must come from DRAM: 1 - LLC / K+V (0 if it fits)."""
+        return max(0.0, 1 - self.llc_bytes / m.kv_bytes)
+
+    def speedup(self, num_kv_heads: int) -> float:
+        """MHA's step over the step with ``num_kv_heads`` at the longest context (median over rounds)."""
+        mha, fewer = self.step(self.setup.num_heads, self.setup.longest), self.step(num_kv_heads, self.setup.longest)
+        return round_median(lambda a, b: a / b, mha.timing, fewer.timing)
+
+    def rows(self) -> list[dict]:
+        return [{"KV heads": m.num_kv_heads, "context": m.context, "K+V (MiB)": m.kv_bytes / 2**20,
+                 "x LLC": m.kv_bytes / self.llc_bytes, "fastest (ms)": m.timing.min_s * 1e3,
+                 "GB/s": m.best_gbps, "share of probe": m.best_gbps / self.probe.best_gbps} for m in self.steps]
+
+
+def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
+    """Time MHA's decode step at ``TINY_CONTEXT``, at every context of ``setup`` and at half the
+    longest, and GQA-8 and MQA at the longest, in interleaved rounds
+    (:func:`kvlib.paged_measure.time_interleaved`) on the setup's threads, after the DRAM
+    probe at the same thread count.
+
+    Half the longest context is there because :func:`kvlib.decode.decode_setup` makes the
+    longest hold at least twice :func:`kvlib.measure.dram_bytes`: so MHA's K+V at half of it
+    is at least four times the LLC on every machine, and the growth between the two is the
+    growth of two steps read from DRAM. Every cache stays allocated for the whole run
+    (interleaving needs them all), about twice MHA's cache at the longest context; a
+    KVLibError says so when memory is short.
+    """
+    contexts = sorted({*setup.contexts, setup.longest // 2})
+    configs = [(setup.num_heads, TINY_CONTEXT)] + [(setup.num_heads, n) for n in contexts]
+    configs += [(kv, setup.longest) for kv in (8, 1) if kv < setup.num_heads and setup.num_heads % kv == 0]
+    itemsize = torch.empty((), dtype=setup.dtype).element_size()
+    needed = sum(2 * setup.batch * kv * n * setup.head_dim * itemsize for kv, n in configs)
+    available = available_memory_bytes(setup.device)
+    if needed > available // 2:
+        raise KVLibError(f"the decode caches need {needed / 2**30:.1f} GiB, over half the {available / 2**30:.1f} GiB available")
+    probe = probe_bandwidth(setup)
+    inputs = {(kv, n): decode_inputs(setup, kv, n) for kv, n in configs}
+
+    def step(q, k, v):
+        return lambda: grouped_attention(q, k, v, q_start=k.shape[2] - 1)
+
+    with torch.inference_mode(), torch_threads(setup.threads):
+        timings = time_interleaved({f"{kv}x{n}": step(*inputs[kv, n]) for kv, n in configs},
+                                   rounds=rounds, device=setup.device)
+    steps = tuple(DecodeMeasurement("grouped", kv, n, setup.batch, setup.num_heads, setup.head_dim, itemsize,
+                                    timings[f"{kv}x{n}"]) for kv, n in configs)
+    return GrowthRun(setup, llc_bytes(setup.device), probe, steps)
+
+
+def growth_bounds(short_bytes: int, long_bytes: int, llc: int) -> tuple[float, float | None]:
+    """What arithmetic allows for the time of a decode step over ``long_bytes`` of K+V against one
+    over ``short_bytes`` (the same step shape, ``r = long_bytes / short_bytes`` times the tokens).
+
+    Model: a step costs a fixed ``c >= 0`` (launches, dispatch) plus the same work per cached
+    token, and a token costs at most ``tau`` (what it costs from DRAM) and at least nothing
+    (from the cache). A step reads each byte once, so at most ``llc`` bytes of it can be
+    found in the cache. Then, with ``t_tiny >= c`` the time of a tiny step:
+
+    - lower: ``(t_long - t_tiny) / (t_short - t_tiny) >= r * (1 - llc / long_bytes)``:
+      the long step pays ``tau`` for all but ``llc`` of its bytes, the short one at most
+      ``tau`` for each, and subtracting more than ``c`` only raises the ratio;
+    - upper: ``t_long / t_short <= r / (1 - llc / short_bytes)``, when ``short_bytes > llc``
+      (else None: a short step served from the cache may be arbitrarily faster).
+    """
+    if not 0 < short_bytes < long_bytes or llc < 1:
+        raise KVLibError(f"need 0 < short_bytes < long_bytes and llc >= 1, not {short_bytes}, {long_bytes}, {llc}")
+    ratio = long_bytes / short_bytes
+    lower = ratio * max(0.0, 1 - llc / long_bytes)
+    upper = ratio / (1 - llc / short_bytes) if short_bytes > llc else None
+    return lower, upper
+
+
+def growth_checks(run: GrowthRun) -> list[dict]:
+    """MHA's step at the longest context against each shorter one: measured ratios (medians
+    over the rounds, :func:`kvlib.paged_measure.round_median`; the tiny step's time stands
+    for the fixed cost) beside :func:`growth_bounds`.
+
+    Bounds are given only where the shorter step's K+V is at least four times the LLC
+    (``from DRAM``): a step that may be served partly from the cache is also the one a busy
+    machine disturbs most (another program's time slices evict what it had cached), so the
+    page asserts nothing about it.
+    """
+    longest = run.step(run.setup.num_heads, run.setup.longest)
+    tiny = run.step(run.setup.num_heads, TINY_CONTEXT).timing
+    rows = []
+    for short in sorted((m for m in run.steps if m.num_kv_heads == run.setup.num_heads
+                         and TINY_CONTEXT < m.context < longest.context), key=lambda m: m.context):
+        from_dram = short.kv_bytes >= 4 * run.llc_bytes
+        lower, upper = growth_bounds(short.kv_bytes, longest.kv_bytes, run.llc_bytes) if from_dram else (None, None)
+        times = longest.timing, short.timing, tiny
+        rows.append({"from context": short.context, "to context": longest.context, "from DRAM": from_dram,
+                     "bytes ratio": longest.kv_bytes / short.kv_bytes,
+                     "time ratio": round_median(lambda t_long, t_short, t_tiny: t_long / t_short, *times),
+                     "upper bound": upper,
+                     "time ratio less fixed cost": round_median(
+                         lambda t_long, t_short, t_tiny: (t_long - t_tiny) / (t_short - t_tiny), *times),
+                     "lower bound": lower})
+    return rows

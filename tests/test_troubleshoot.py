@@ -1,15 +1,30 @@
 """kvlib.troubleshoot: a byte budget buys the blocks it should, the block manager refuses the batch
-that does not fit (recorded, not raised), and the request-count planner rounds to blocks or
-reserves the maximum length exactly."""
+that does not fit (recorded, not raised), the request-count planner rounds to blocks or
+reserves the maximum length exactly, and section 2's growth bounds and checks follow the
+arithmetic derived by hand."""
+
+import statistics
 
 import pytest
 import torch
 
 from kvlib import KVLibError, sizing
 from kvlib.cache import kv_bytes_per_token
+from kvlib.decode import DecodeMeasurement, DecodeSetup
+from kvlib.measure import Bandwidth, Timing, memory_bandwidth
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged_attention import PagedKVCache
-from kvlib.troubleshoot import BatchOutcome, batch_sweep, block_bytes, requests_that_fit
+from kvlib.troubleshoot import (
+    TINY_CONTEXT,
+    BatchOutcome,
+    GrowthRun,
+    batch_sweep,
+    block_bytes,
+    growth_bounds,
+    growth_checks,
+    measure_growth,
+    requests_that_fit,
+)
 
 SMALL = dict(vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=96, max_seq_len=256)
 
@@ -107,3 +122,78 @@ def test_reservation_matches_max_batch_for_a_real_model():
 def test_planner_rejects_bad_input(kwargs, match):
     with pytest.raises(KVLibError, match=match):
         requests_that_fit(**kwargs)
+
+
+# ---- section 2: how a decode step may grow with its cache
+
+
+def test_growth_bounds_by_hand():
+    # 4x the bytes, LLC 1/16 of the long step and 1/4 of the short one
+    lower, upper = growth_bounds(short_bytes=4 << 20, long_bytes=16 << 20, llc=1 << 20)
+    assert lower == pytest.approx(4 * (1 - 1 / 16))  # the long step pays DRAM for 15/16 of its bytes
+    assert upper == pytest.approx(4 / (1 - 1 / 4))  # the short one at least for 3/4 of its bytes
+    # a short step that fits in the cache has no upper bound: the cache may be much faster
+    assert growth_bounds(1 << 20, 16 << 20, 1 << 20) == (pytest.approx(16 * 15 / 16), None)
+    # a long step that fits in the cache has no lower bound beyond zero
+    assert growth_bounds(1 << 10, 1 << 12, 1 << 20)[0] == 0.0
+    with pytest.raises(KVLibError, match="short_bytes < long_bytes"):
+        growth_bounds(16, 16, 1)
+
+
+def _timing(*samples):
+    return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
+
+
+def _growth_run(times_by_context, llc, gqa=(1.0, 1.0), mqa=(0.5, 0.5)):
+    setup = DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(1024, 4096, 16384), threads=1)
+    step = lambda kv, n, samples: DecodeMeasurement("grouped", kv, n, 1, 32, 128, 4, _timing(*samples))  # noqa: E731
+    steps = [step(32, n, s) for n, s in times_by_context.items()] + [step(8, 16384, gqa), step(1, 16384, mqa)]
+    probe = Bandwidth("cpu", 1 << 20, _timing(1e-4, 1e-4), threads=1)
+    return GrowthRun(setup, llc, probe, tuple(steps))
+
+
+def test_growth_checks_compare_within_rounds_and_bound_only_dram_contexts():
+    # each context costs 1 ms per 1,024 tokens plus 0.1 ms; round 2 runs everything 3x slower (load)
+    times = {n: [(0.1 + n / 1024) * 1e-3 * f for f in (1, 3, 1)] for n in (TINY_CONTEXT, 1024, 4096, 8192, 16384)}
+    llc = 32 << 20  # MHA's K+V is 32 KiB per token: 1,024 tokens = 1x LLC, 4,096 = 4x
+    rows = growth_checks(_growth_run(times, llc))
+    assert [(r["from context"], r["from DRAM"]) for r in rows] == [(1024, False), (4096, True), (8192, True)]
+    by = {r["from context"]: r for r in rows}
+    assert by[1024]["lower bound"] is None and by[1024]["upper bound"] is None
+    assert by[4096]["bytes ratio"] == 4 and by[8192]["bytes ratio"] == 2
+    # within a round the 3x load cancels: the ratio is that of the unloaded times
+    assert by[4096]["time ratio"] == pytest.approx(16.1 / 4.1)
+    tiny = (0.1 + TINY_CONTEXT / 1024)
+    assert by[4096]["time ratio less fixed cost"] == pytest.approx((16.1 - tiny) / (4.1 - tiny))
+    assert (by[4096]["lower bound"], by[4096]["upper bound"]) == growth_bounds(128 << 20, 512 << 20, llc)
+    assert by[4096]["lower bound"] <= by[4096]["time ratio less fixed cost"]
+    assert by[4096]["time ratio"] <= by[4096]["upper bound"]
+
+
+def test_growth_run_finds_its_steps_and_speedups():
+    times = {n: [n * 1e-6, n * 2e-6] for n in (TINY_CONTEXT, 1024, 4096, 8192, 16384)}
+    run = _growth_run(times, llc=32 << 20, gqa=(4e-3, 8e-3), mqa=(2e-3, 2e-3))
+    assert run.step(32, 4096).context == 4096 and run.step(8, 16384).num_kv_heads == 8
+    assert run.speedup(8) == pytest.approx(16384e-6 / 4e-3)  # each round: 16.384 / 4 and 32.768 / 8
+    assert run.speedup(1) == pytest.approx(statistics.median([16384e-6 / 2e-3, 32768e-6 / 2e-3]))
+    assert run.dram_share(run.step(32, 16384)) == pytest.approx(1 - 1 / 16)
+    assert run.dram_share(run.step(1, 16384)) == 0.0  # 16 MiB fits in 32 MiB
+    assert [r["x LLC"] for r in run.rows()][:2] == [0.015625, 1.0]
+    with pytest.raises(KVLibError, match="no step with 4 KV heads"):
+        run.step(4, 16384)
+
+
+def test_measure_growth_times_every_step_on_the_setups_threads(monkeypatch):
+    import kvlib.troubleshoot as troubleshoot
+
+    setup = DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(64, 256, 1024), num_heads=8,
+                        head_dim=8, threads=1)
+    quick_probe = lambda s: memory_bandwidth(1 << 20, "cpu", repeats=1, threads=s.threads)  # noqa: E731
+    monkeypatch.setattr(troubleshoot, "probe_bandwidth", quick_probe)
+    threads = torch.get_num_threads()
+    run = measure_growth(setup, rounds=2)
+    assert torch.get_num_threads() == threads
+    assert [(m.num_kv_heads, m.context) for m in run.steps] == [
+        (8, TINY_CONTEXT), (8, 64), (8, 256), (8, 512), (8, 1024), (1, 1024)]  # no GQA-8 with 8 heads
+    assert all(len(m.timing.samples) == 2 and m.timing.min_s > 0 for m in run.steps)
+    assert run.probe.threads == 1 and run.llc_bytes > 0
