@@ -6,7 +6,9 @@ initialised ``LlamaForCausalLM`` from a small ``LlamaConfig`` (nothing is downlo
 :func:`max_logit_difference` shows that both compute the same logits. Second, a
 comparison with what users would run: :func:`to_hf` puts our weights into a
 ``LlamaForCausalLM`` and :func:`time_hf_generate` times its ``generate`` with and
-without its own KV cache.
+without its own KV cache; :func:`race_generators` times our cached generation beside
+``generate`` with and without its cache by one protocol (interleaved rounds, fastest run
+of each), which is what chapter 1 compares.
 
 ``transformers`` is imported only inside these functions (it takes seconds to import),
 and its logging is lowered to errors only while they run (:func:`quiet_transformers`, which
@@ -25,6 +27,7 @@ import torch
 from kvlib import KVLibError
 from kvlib.measure import Timing, time_it
 from kvlib.model import ModelConfig, TinyLlama
+from kvlib.nocache import time_interleaved
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is built locally; never reach the Hub
 
@@ -130,6 +133,16 @@ def to_hf(model: TinyLlama):
     return hf_model.to(model.lm_head.weight.device).eval()
 
 
+def _hf_generate(hf_model, prompt: torch.Tensor, num_new: int, use_cache: bool) -> torch.Tensor:
+    """Greedy ``generate`` of exactly ``num_new`` tokens (no special tokens stop it early)."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(max_new_tokens=num_new, min_new_tokens=num_new, do_sample=False, use_cache=use_cache,
+                              eos_token_id=None, pad_token_id=0)
+    with torch.inference_mode():
+        return hf_model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=config)
+
+
 @torch.inference_mode()
 def max_logit_difference(model: TinyLlama, hf_model, tokens: torch.Tensor) -> float:
     """Largest |ours - theirs| over the logits of every position of ``tokens`` (batch, seq)."""
@@ -154,19 +167,66 @@ def time_hf_generate(hf_model, prompt: torch.Tensor, num_new: int, use_cache: bo
 
     A 2-token generation runs first, untimed; then ``repeats`` full generations are timed.
     """
-    from transformers import GenerationConfig
-
     if not isinstance(num_new, int) or num_new < 1:
         raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
     result = {}
 
-    @torch.inference_mode()
     def run(length=num_new):
-        config = GenerationConfig(max_new_tokens=length, min_new_tokens=length, do_sample=False, use_cache=use_cache,
-                                  eos_token_id=None, pad_token_id=0)
-        result["tokens"] = hf_model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=config)
+        result["tokens"] = _hf_generate(hf_model, prompt, length, use_cache)
 
     with quiet_transformers():
         run(2)  # warm-up: a short generation sets up what generate builds on its first call
         timing = time_it(run, repeats=repeats, warmup=0, device=prompt.device)
     return HFGeneration(result["tokens"], timing)
+
+
+# The generators :func:`race_generators` times, by name.
+GENERATORS = ("kvlib cache", "transformers cache", "transformers no cache")
+
+
+@dataclass(frozen=True)
+class GeneratorRace:
+    """Result of :func:`race_generators`: every generator's timing and tokens, by name (:data:`GENERATORS`)."""
+
+    num_new: int
+    batch: int
+    timings: dict[str, Timing]
+    tokens: dict[str, torch.Tensor]  # name -> (batch, prompt_len + num_new)
+
+    def tokens_per_s(self, name: str) -> float:
+        """Generated tokens per second of ``name``'s fastest run (the least disturbed)."""
+        if name not in self.timings:
+            raise KVLibError(f"no generator {name!r} in this race; it timed {', '.join(self.timings)}")
+        return self.batch * self.num_new / self.timings[name].min_s
+
+
+def race_generators(model: TinyLlama, prompt: torch.Tensor, num_new: int, repeats: int = 3,
+                    names=GENERATORS) -> GeneratorRace:
+    """Time greedy generation of ``num_new`` tokens by ``names`` (our cached loop, and
+    transformers' ``generate`` on the same weights with and without its cache), by one protocol.
+
+    Each generator first runs a 2-token generation, untimed (``generate`` sets things up on
+    its first call); then :func:`~kvlib.nocache.time_interleaved` runs ``repeats`` rounds,
+    in which every generator generates once, taking turns to go first.
+    """
+    from kvlib.generate import generate
+
+    if not isinstance(num_new, int) or num_new < 1:
+        raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
+    names = tuple(names)
+    if not names or len(set(names)) != len(names) or not set(names) <= set(GENERATORS):
+        raise KVLibError(f"names must be distinct names among {', '.join(GENERATORS)}, not {names!r}")
+    hf_model = to_hf(model) if any(name.startswith("transformers") for name in names) else None
+    runs = {
+        "kvlib cache": lambda length: generate(model, prompt, length, "cache").tokens,
+        "transformers cache": lambda length: _hf_generate(hf_model, prompt, length, use_cache=True),
+        "transformers no cache": lambda length: _hf_generate(hf_model, prompt, length, use_cache=False),
+    }
+    tokens = {}
+    with quiet_transformers():
+        for name in names:
+            runs[name](2)  # warm-up
+        timings = time_interleaved(
+            {name: (lambda name=name: tokens.__setitem__(name, runs[name](num_new))) for name in names},
+            repeats=repeats, device=prompt.device)
+    return GeneratorRace(num_new, prompt.shape[0], timings, tokens)

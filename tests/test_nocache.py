@@ -10,8 +10,10 @@ from kvlib import KVLibError
 from kvlib.cache import concat_bytes_copied, kv_bytes_per_token
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.measure import torch_threads
+from kvlib.measure import dram_bytes
 from kvlib.nocache import (
-    Race, concat_trap, estimated_total_s, filled_cache, nocache_setup, race, speedup_table, time_passes,
+    Race, concat_trap, estimated_total_s, fastest_nearby, filled_cache, nocache_setup, race, speedup_table,
+    time_interleaved, time_passes, trap_lengths,
 )
 
 TINY = ModelConfig(vocab_size=61, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=256)
@@ -83,12 +85,55 @@ def test_setups_are_consistent(device):
     setup = nocache_setup(device)  # a torch.device("cuda") can be named without a GPU
     assert setup.device.type == device
     assert setup.claim_length in setup.lengths and setup.claim_length <= setup.race_length
-    assert setup.claim_speedup >= 6.0  # the article's 6.0x
+    assert 1.0 < setup.claim_speedup < 6.0  # a sanity floor: above a cache that saves nothing, below the article's 6.0x
     assert setup.longest < setup.config.max_seq_len
-    assert list(setup.trap_lengths) == sorted(setup.trap_lengths)
     assert setup.hf_length <= setup.race_length
     assert all(n <= setup.race_length or n <= max(setup.pass_lengths) for n in setup.lengths)
     assert list(setup.pass_lengths) == sorted(setup.pass_lengths)
+
+
+@pytest.mark.parametrize("llc", [None, "1MiB", "64MiB"])
+def test_trap_lengths_reach_dram_from_the_llc(monkeypatch, llc):
+    if llc:
+        monkeypatch.setenv("KVBOOK_LLC_BYTES", llc)
+    else:
+        monkeypatch.delenv("KVBOOK_LLC_BYTES", raising=False)
+    per_position = kv_bytes_per_token(nocache.CPU_CONFIG)  # batch 1
+    lengths = nocache_setup("cpu").trap_lengths
+    assert lengths[0] == 256 and all(b == 4 * a for a, b in zip(lengths, lengths[1:]))
+    # the last cache reaches the DRAM size (4x the LLC, at least 64 MiB); the one before does not
+    assert lengths[-1] * per_position >= dram_bytes("cpu") > lengths[-2] * per_position
+    if llc == "64MiB":
+        assert lengths[-1] == 262144  # 512 MiB of 2 KiB positions: the first of 256 x 4^k past 256 MiB
+    assert trap_lengths(TINY, 2, "cpu", start=8, factor=2)[-1] * 2 * kv_bytes_per_token(TINY) >= dram_bytes("cpu")
+
+
+def test_time_interleaved_takes_turns_and_keeps_every_sample():
+    calls = []
+    timings = time_interleaved({name: (lambda name=name: calls.append(name)) for name in "abc"}, repeats=4, number=2)
+    # each round runs every function `number` times; the first to go rotates
+    assert calls == [c for order in ("abc", "bca", "cab", "abc") for c in order for _ in range(2)]
+    assert all(len(t.samples) == 4 and t.min_s <= t.median_s <= t.max_s for t in timings.values())
+    with pytest.raises(KVLibError, match="repeats"):
+        time_interleaved({"a": lambda: None}, repeats=0)
+    with pytest.raises(KVLibError, match="at least one"):
+        time_interleaved({}, repeats=1)
+
+
+def test_fastest_nearby_removes_bursts_of_load():
+    seconds = np.array([1.0, 1.1, 9.0, 1.3, 1.4, 1.5, 8.0, 1.7])  # two steps hit by load
+    assert fastest_nearby(seconds, 3).tolist() == [1.0, 1.0, 1.1, 1.3, 1.3, 1.4, 1.5, 1.7]
+    assert fastest_nearby(seconds, 1).tolist() == seconds.tolist()
+    with pytest.raises(KVLibError, match="odd"):
+        fastest_nearby(seconds, 4)
+
+
+def test_a_steady_race_keeps_its_tokens():
+    result = Race(("none", "cache"), {"none": np.array([1.0, 5.0, 3.0]), "cache": np.array([2.0, 1.0, 9.0])},
+                  {"none": torch.zeros(1, 4), "cache": torch.zeros(1, 4)}, {}, 1.0)
+    steady = result.steady(3)
+    assert steady.step_s["none"].tolist() == [1.0, 1.0, 3.0] and steady.step_s["cache"].tolist() == [1.0, 1.0, 1.0]
+    assert steady.tokens is result.tokens and result.step_s["none"].tolist() == [1.0, 5.0, 3.0]
 
 
 def test_cpu_setup_runs_on_one_thread():
@@ -101,7 +146,7 @@ def test_cpu_setup_runs_on_one_thread():
 
 def test_bench_reports_the_chapter_fields(monkeypatch):
     tiny = nocache.NoCacheSetup(torch.device("cpu"), TINY, batch=1, race_length=16, pass_lengths=(), lengths=(8, 16),
-                                claim_length=16, claim_speedup=6.0, trap_lengths=(8,), hf_length=5, threads=1,
+                                claim_length=16, claim_speedup=3.0, hf_length=5, threads=1,
                                 tokens_must_match=True)
     monkeypatch.setattr(nocache, "nocache_setup", lambda device=None: tiny)
     fields = nocache.bench(lengths=(8, 16))  # the CLI's bench() races 800 tokens of the chapter's model
