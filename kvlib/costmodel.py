@@ -11,11 +11,18 @@ A FLOP count predicts a speedup of about n / 2 at n tokens, far more than a smal
 shows. :func:`fit_step_time` adds the missing term, a fixed cost per step (launching
 the operations and reading every weight once): step time = overhead + FLOPs / rate.
 :func:`growth_exponent` fits how total time grows with length on a log-log scale.
+
+:func:`concat_copy_table` asks when the concatenation trap matters for real models: a
+decode step reads every weight once and the whole cache, whatever the cache does, and a
+cache grown by concatenation also reads and writes the whole cache again. The table gives
+the context at which that copy reaches a given share of the bytes the step reads anyway,
+exactly, from the catalog's configurations and parameter counts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -115,3 +122,75 @@ def plot_growth(lengths, totals: dict, exponents: dict):
         ax.plot(lengths, values, "o-", color=color, label=f"{name}: k = {exponents[name]:.2f}")
     ax.legend()
     return fig
+
+
+# --------------------------------------------------------------------------- the concatenation trap at scale
+
+# Dense models of the catalog whose every layer caches the full context: for these a decode
+# step reads all the weights and the whole cache, which the table below counts exactly.
+DENSE_FULL_ATTENTION = ("Llama-2-7B", "Llama-3-8B", "Qwen2.5-7B", "Falcon-7B", "OPT-13B", "Llama-2-70B", "Llama-3-70B")
+
+
+def concat_copy_share(weight_bytes: int, cache_bytes: int) -> Fraction:
+    """Bytes a concatenating cache moves in one decode step, over the bytes the step reads anyway.
+
+    The step reads every weight once and the whole cache for attention: weights + cache.
+    Concatenation reads the whole cache again and writes it to a new tensor: 2 x cache
+    (a lower bound: a CPU also reads the destination's lines before writing them). Exact.
+    """
+    for key, value in (("weight_bytes", weight_bytes), ("cache_bytes", cache_bytes)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise KVLibError(f"{key} must be a non-negative integer, not {value!r}")
+    if weight_bytes + cache_bytes == 0:
+        raise KVLibError("a step that reads nothing has no share")
+    return Fraction(2 * cache_bytes, weight_bytes + cache_bytes)
+
+
+def concat_copy_tokens(weight_bytes: int, bytes_per_token: int, batch: int = 1, share: Fraction = Fraction(1, 10)) -> int:
+    """The shortest context at which the copy reaches ``share`` of what a step reads anyway.
+
+    With a cache of C = context x bytes_per_token x batch, 2C >= share x (weights + C)
+    holds from C >= share x weights / (2 - share) on: the smallest such whole context.
+    """
+    for key, value in (("weight_bytes", weight_bytes), ("bytes_per_token", bytes_per_token), ("batch", batch)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise KVLibError(f"{key} must be a positive integer, not {value!r}")
+    share = Fraction(share)
+    if not 0 < share < 2:
+        raise KVLibError(f"share must lie between 0 and 2 (the copy moves at most twice what it adds), not {share}")
+    needed = share * weight_bytes / ((2 - share) * bytes_per_token * batch)
+    return max(1, -(-needed.numerator // needed.denominator))
+
+
+def concat_copy_table(models=DENSE_FULL_ATTENTION, batches=(1, 32), context: int = 2048,
+                      share: Fraction = Fraction(1, 10), kv_dtype: str = "fp16", weight_dtype: str = "bf16") -> list[dict]:
+    """Per model: bytes per token, weights, and when concatenating its cache matters (exact).
+
+    For each batch: the context from which the copy moves at least ``share`` of the bytes a
+    decode step reads anyway (:func:`concat_copy_tokens`), and the copy's share at
+    ``context`` tokens (:func:`concat_copy_share`). Only dense models whose every layer
+    caches the full context are accepted: a mixture of experts reads only its active
+    experts' weights per token, and sliding windows or hybrid layers cap the cache.
+    """
+    from kvlib.sizing import bytes_per_token, catalog_entry, weight_bytes
+
+    rows = []
+    for name in models:
+        entry = catalog_entry(name)
+        spec = entry.spec
+        if any("expert" in key for key in entry.config):
+            raise KVLibError(f"{entry.name} is a mixture of experts: a step reads only its active experts' weights")
+        if spec.is_mla or spec.num_attention_layers != spec.num_layers or any(w is not None for w in spec.sliding_windows) \
+                or spec.cross_attention_tokens:
+            raise KVLibError(f"{entry.name} does not cache the full context in every layer; the table needs a dense model")
+        per_token, weights = bytes_per_token(spec, kv_dtype), weight_bytes(entry.num_parameters, weight_dtype)
+        row = {"model": entry.name, "KV bytes/token": per_token, "weights (GB)": round(weights / 1e9, 2),
+               "max context": spec.max_context}
+        percent = f"{float(share) * 100:g}%"
+        for batch in batches:
+            row[f"copy >= {percent} from (tokens), batch {batch}"] = concat_copy_tokens(weights, per_token, batch, share)
+        for batch in batches:
+            row[f"copy share at {context:,} tokens, batch {batch}"] = round(
+                float(concat_copy_share(weights, context * per_token * batch)), 3)
+        rows.append(row)
+    return rows

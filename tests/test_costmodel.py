@@ -58,3 +58,54 @@ def test_growth_exponent():
     assert growth_exponent(n, 1e-3 * n) == pytest.approx(1.0)
     with pytest.raises(KVLibError):
         growth_exponent([100], [1.0])
+
+
+# ---- the concatenation trap at scale
+
+
+def test_concat_copy_share_by_hand():
+    from fractions import Fraction
+
+    from kvlib.costmodel import concat_copy_share
+
+    assert concat_copy_share(90, 10) == Fraction(20, 100)  # copy reads and writes the 10 cache bytes
+    assert concat_copy_share(0, 5) == 2
+    with pytest.raises(KVLibError, match="non-negative"):
+        concat_copy_share(-1, 5)
+
+
+def test_concat_copy_tokens_is_the_first_context_past_the_share():
+    from fractions import Fraction
+
+    from kvlib.costmodel import concat_copy_share, concat_copy_tokens
+
+    weights, per_token = 16_060_522_496, 131_072  # Llama-3-8B in bf16, 128 KiB per token
+    for batch in (1, 32):
+        n = concat_copy_tokens(weights, per_token, batch)
+        assert concat_copy_share(weights, n * per_token * batch) >= Fraction(1, 10)
+        assert concat_copy_share(weights, (n - 1) * per_token * batch) < Fraction(1, 10)
+    assert concat_copy_tokens(weights, per_token) == 6450
+    with pytest.raises(KVLibError, match="share"):
+        concat_copy_tokens(weights, per_token, share=2)
+
+
+def test_concat_copy_table_uses_the_catalog():
+    from kvlib.costmodel import DENSE_FULL_ATTENTION, concat_copy_table
+
+    rows = {row["model"]: row for row in concat_copy_table(batches=(1, 32), context=2048)}
+    assert list(rows) == list(DENSE_FULL_ATTENTION)
+    llama2 = rows["Llama-2-7B"]  # MHA: 32 x 32 x 128 x 2 x 2 bytes per token
+    assert llama2["KV bytes/token"] == 524_288
+    assert llama2["copy >= 10% from (tokens), batch 1"] == -(-2 * 6_738_415_616 // (19 * 524_288))
+    # 32 sequences need 32x fewer tokens (up to rounding up)
+    assert llama2["copy >= 10% from (tokens), batch 32"] == -(-2 * 6_738_415_616 // (19 * 524_288 * 32))
+    assert llama2["copy share at 2,048 tokens, batch 1"] == round(2 * 2048 * 524_288 / (2 * 6_738_415_616 + 2048 * 524_288), 3)
+
+
+@pytest.mark.parametrize("name, problem", [("Mixtral-8x7B", "mixture of experts"), ("Mistral-7B-v0.1", "full context"),
+                                           ("Jamba-v0.1", "mixture of experts"), ("DeepSeek-V3", "mixture of experts")])
+def test_concat_copy_table_refuses_models_it_cannot_count(name, problem):
+    from kvlib.costmodel import concat_copy_table
+
+    with pytest.raises(KVLibError, match=problem):
+        concat_copy_table(models=(name,))
