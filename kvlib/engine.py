@@ -94,25 +94,34 @@ def run_engine(model: TinyLlama, requests: list[Request], policy: str, num_slots
 def race_engine(model: TinyLlama, requests: list[Request], policies, num_slots: int, max_len: int, rounds: int = 3,
                 progress: bool = True) -> dict[str, RunResult]:
     """Serve the same requests under each policy ``rounds`` times, the policies interleaved in
-    every round, and keep each policy's fastest run (chapter 4's real engine).
+    every round, and time each step of a policy by its fastest of the rounds (chapter 4's real engine).
 
-    A run of a few seconds on a shared machine is only ever slowed down by other work (one
-    run in three was up to 40% slower here), and interleaving spreads a slow spell over the
-    policies, so the fastest of a few runs is the fair comparison, as in :func:`calibrate`.
-    The runs of one policy schedule the same steps (only the clock differs) when every
-    request is queued at the start.
+    Every request must be queued at the start: the runs of one policy then schedule exactly
+    the same steps, and only the clock differs. A program that shares the machine can only
+    make a step slower, and a step is slowed in all rounds only if the load lasts through
+    all of them, so each step's fastest of a few runs is the fair measurement, as in
+    :func:`calibrate`; a policy's time is the sum over its steps (scheduling and forward
+    passes; the bookkeeping between steps is left out, for every policy alike). Keeping each
+    policy's fastest whole run instead let a spell of load that covered most of the race,
+    but not all, favour whichever policy happened to run outside it.
     """
     if rounds < 1:
         raise KVLibError(f"rounds must be at least 1, got {rounds}")
-    best: dict[str, RunResult] = {}
+    if any(r.arrival_s > 0 for r in requests):
+        raise KVLibError("race_engine needs every request queued at time 0, so that every run schedules the same steps")
+    runs: dict[str, list[RunResult]] = {policy: [] for policy in policies}
     with tqdm(total=rounds * len(policies), desc="engine runs", disable=not progress) as bar:
         for _ in range(rounds):
             for policy in policies:
-                run = run_engine(model, requests, policy, num_slots, max_len, progress=False)
-                if policy not in best or run.makespan_s < best[policy].makespan_s:
-                    best[policy] = run
+                runs[policy].append(run_engine(model, requests, policy, num_slots, max_len, progress=False))
                 bar.update()
-    return best
+    fastest = {}
+    for policy, results in runs.items():
+        durations = [r.steps["duration_s"] for r in results]
+        if len({len(d) for d in durations}) != 1:
+            raise KVLibError(f"policy {policy}: the runs scheduled different steps")
+        fastest[policy] = results[0].with_durations(np.min(durations, axis=0))
+    return fastest
 
 
 def solo_tokens(model: TinyLlama, request: Request) -> list[int]:

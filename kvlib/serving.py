@@ -149,7 +149,7 @@ class Scheduler:
         head = self.waiting[0] if self.waiting else None
         plan = StepPlan(prefills, decodes)
         self.records.append((now, plan.num_seqs, plan.num_prefill_tokens, plan.num_context_tokens, len(self.waiting),
-                             self.held, *self.memory.breakdown(self.held, head)))
+                             self.held, len(prefills), *self.memory.breakdown(self.held, head)))
         return plan
 
     def complete(self, plan: StepPlan, new_tokens: list[int], now: float) -> None:
@@ -168,5 +168,7 @@ class Scheduler:
 
 
 # One record per step: when it started, what it computed, how many requests waited, the slots
-# the running requests hold (a shared token once per request), and the budget by category.
-STEP_FIELDS = ("start_s", "num_seqs", "prefill_tokens", "context_tokens", "num_waiting", "held_tokens", *CATEGORIES)
+# the running requests hold (a shared token once per request), the prompts it prefilled, and
+# the budget by category.
+STEP_FIELDS = ("start_s", "num_seqs", "prefill_tokens", "context_tokens", "num_waiting", "held_tokens", "num_prefills",
+               *CATEGORIES)

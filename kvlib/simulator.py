@@ -122,6 +122,14 @@ class RunResult:
     def max_batch(self) -> int:
         return int(self.steps["num_seqs"].max())
 
+    @property
+    def forward_passes(self) -> int:
+        """Forward passes of the real engine's schedule: one per prefilled prompt, and one per step
+        for all decoding sequences (:func:`kvlib.engine.execute`). When every pass costs the same
+        (a tiny model on a GPU, bound by kernel launches), wall time follows this count (chapter 4)."""
+        prefills = self.steps["num_prefills"]
+        return int(prefills.sum() + np.count_nonzero(self.steps["num_seqs"] > prefills))
+
     def at_cap(self, max_num_seqs: int = SchedulerConfig().max_num_seqs) -> tuple[float, float, float]:
         """(share of the steps while requests wait that run ``max_num_seqs`` sequences, the budget's free
         share in those steps, and in the others): where the scheduler's cap, not memory, stops admission
@@ -151,17 +159,23 @@ class RunResult:
         return float(np.mean([(s.finish_s - s.request.arrival_s) / s.request.output_len for s in self.finished]))
 
     def retimed(self, step_model: StepTimeModel) -> "RunResult":
-        """The same steps timed by another step-time model.
+        """The same steps timed by another step-time model (see :meth:`with_durations`)."""
+        steps = self.steps
+        return self.with_durations(step_model.predict(steps["num_seqs"], steps["context_tokens"], steps["prefill_tokens"]))
+
+    def with_durations(self, durations) -> "RunResult":
+        """The same steps, back to back, with the given durations (one per step).
 
         Exact when every request arrived at time 0 (a saturated server): the scheduler's
         choices then do not depend on time, only the durations change, and every request's
         first and last token come at the end of the same steps as before.
         """
         if any(s.request.arrival_s > 0 for s in self.finished):
-            raise KVLibError("retimed needs a run in which every request arrived at time 0")
+            raise KVLibError("retiming needs a run in which every request arrived at time 0")
         steps = self.steps
-        durations = np.asarray(step_model.predict(steps["num_seqs"], steps["context_tokens"], steps["prefill_tokens"]),
-                               dtype=np.float64)
+        durations = np.asarray(durations, dtype=np.float64)
+        if durations.shape != steps["duration_s"].shape:
+            raise KVLibError(f"{durations.size} durations given for a run of {steps['duration_s'].size} steps")
         old_ends, new_ends = steps["start_s"] + steps["duration_s"], np.cumsum(durations)
 
         def moved(times):

@@ -34,15 +34,33 @@ def test_every_policy_generates_the_same_tokens_at_the_same_budget():
     assert all(results[p].num_preemptions == 0 for p in ("max", "pow2", "oracle"))
 
 
-def test_race_engine_keeps_each_policys_fastest_run_of_the_same_schedule():
+def test_race_engine_times_each_step_by_its_fastest_run_of_the_same_schedule():
     requests = make_trace(SMALL, 8, math.inf, seed=4, vocab_size=97)
     best = race_engine(MODEL, requests, ("max", "paged"), 256, 64, rounds=2, progress=False)
     assert set(best) == {"max", "paged"}
     again = run_engine(MODEL, requests, "paged", 256, 64, progress=False)
     assert [s.generated for s in best["paged"].finished] == [s.generated for s in again.finished]
     assert len(best["paged"].steps["duration_s"]) == len(again.steps["duration_s"])  # the same steps, another clock
+    steps = best["paged"].steps
+    assert best["paged"].makespan_s == pytest.approx(steps["duration_s"].sum())  # back to back
+    assert all(s.finish_s <= best["paged"].makespan_s + 1e-12 for s in best["paged"].finished)
     with pytest.raises(KVLibError, match="rounds"):
         race_engine(MODEL, requests, ("paged",), 256, 64, rounds=0, progress=False)
+    with pytest.raises(KVLibError, match="queued at time 0"):
+        race_engine(MODEL, make_trace(SMALL, 3, rate=200.0, seed=5, vocab_size=97), ("paged",), 256, 64, progress=False)
+
+
+def test_with_durations_moves_every_token_to_the_end_of_its_step():
+    requests = make_trace(SMALL, 6, math.inf, seed=4, vocab_size=97)
+    run = run_engine(MODEL, requests, "paged", 256, 64, progress=False)
+    n = len(run.steps["duration_s"])
+    timed = run.with_durations([0.5] * n)  # every step half a second
+    assert timed.makespan_s == pytest.approx(0.5 * n)
+    step_ends = list(run.steps["start_s"] + run.steps["duration_s"])
+    last_step = [step_ends.index(s.finish_s) for s in run.finished]  # a request finishes at the end of a step
+    assert [s.finish_s for s in timed.finished] == pytest.approx([0.5 * (i + 1) for i in last_step])
+    with pytest.raises(KVLibError, match="durations"):
+        run.with_durations([0.5] * (n + 1))
 
 
 def test_requests_arriving_later_are_waited_for():
