@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from kvlib import KVLibError

@@ -15,7 +15,6 @@ sequences run. :class:`RunResult` turns the records into the chapter's numbers.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np

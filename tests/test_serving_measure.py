@@ -114,7 +114,8 @@ def test_preemption_costs_count_what_recomputation_prefills_again(runs):
     # without prefix caching every request is prefilled once, and again (prompt + generated) per preemption
     prompts = sum(r.prompt_len for r in requests)
     assert costs["tokens recomputed"] == paged.steps["prefill_tokens"].sum() - prompts
-    assert costs["generated share of the recomputed"] == pytest.approx(paged.preempted_generated.sum() / costs["tokens recomputed"])
+    generated_share = paged.preempted_generated.sum() / costs["tokens recomputed"]
+    assert costs["generated share of the recomputed"] == pytest.approx(generated_share)
     assert 0 < costs["generated share of the recomputed"] < 1
     assert costs["generated before preemption: 25%"] <= costs["median"] <= costs["75%"] <= costs["largest"]
     with pytest.raises(KVLibError, match="no preemptions"):
