@@ -52,6 +52,23 @@ def test_time_it_reports_the_median_not_the_mean():
     assert timing.median_s < 0.02
 
 
+def test_thread_clock_does_not_count_time_the_thread_is_not_running():
+    import time
+
+    slept = time_it(lambda: time.sleep(0.02), repeats=3, warmup=0, clock="thread")
+    assert slept.max_s < 0.005  # sleeping uses no CPU time
+    busy = time_it(lambda: sum(range(200_000)), repeats=3, warmup=0, clock="thread")
+    assert busy.min_s > 0
+    assert time_it(lambda: time.sleep(0.02), repeats=1, warmup=0).min_s >= 0.019  # the wall clock does
+
+
+def test_thread_clock_refuses_a_gpu_and_unknown_clocks():
+    with pytest.raises(KVLibError, match="cannot time a GPU"):
+        time_it(lambda: None, clock="thread", device="cuda")
+    with pytest.raises(KVLibError, match="clock must be one of wall, thread"):
+        time_it(lambda: None, clock="cpu")
+
+
 @pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"warmup": -1}, {"number": 0}, {"repeats": 2.5}])
 def test_time_it_rejects_bad_counts(kwargs):
     with pytest.raises(KVLibError):
