@@ -62,6 +62,11 @@ class DecodeSetup:
     def longest(self) -> int:
         return self.contexts[-1]
 
+    @property
+    def clock(self) -> str:
+        """The thread's CPU time on one CPU thread (a busy machine cannot stretch it), else the wall clock."""
+        return "thread" if self.device.type == "cpu" and self.threads == 1 else "wall"
+
     def describe(self) -> str:
         threads = "torch's threads" if self.threads is None else f"{self.threads} thread{'s' * (self.threads > 1)}"
         contexts = ", ".join(f"{c:,}" for c in self.contexts)
@@ -112,7 +117,7 @@ def decode_setup(device: torch.device | str | None = None, threads: int | None =
 
 def probe_bandwidth(setup: DecodeSetup) -> Bandwidth:
     """The DRAM bandwidth probe of chapter 0 at the setup's thread count: the memory roof."""
-    return memory_bandwidth(device=setup.device, threads=setup.threads)
+    return memory_bandwidth(device=setup.device, threads=setup.threads, clock=setup.clock)
 
 
 @dataclass(frozen=True)
@@ -195,7 +200,7 @@ def time_decode(setup: DecodeSetup, q, k, v, impl: str = "grouped", repeats: int
 
     with torch.inference_mode(), torch_threads(setup.threads):
         number = _calls_per_sample(step, setup.device, target_s=0.01)
-        timing = time_it(step, repeats=repeats, warmup=0, number=number, device=setup.device)
+        timing = time_it(step, repeats=repeats, warmup=0, number=number, device=setup.device, clock=setup.clock)
     return DecodeMeasurement(impl, k.shape[1], k.shape[2], setup.batch, setup.num_heads, setup.head_dim,
                              k.element_size(), timing)
 
@@ -261,7 +266,7 @@ def bound_breakdown(setup: DecodeSetup, probe: Bandwidth, repeats: int = 5) -> l
     with torch.inference_mode(), torch_threads(setup.threads):
         for name, fn in operations.items():
             number = _calls_per_sample(fn, setup.device, target_s=0.01)
-            timing = time_it(fn, repeats=repeats, warmup=0, number=number, device=setup.device)
+            timing = time_it(fn, repeats=repeats, warmup=0, number=number, device=setup.device, clock=setup.clock)
             results.append(OperationTiming(name, k.numel() * k.element_size(), timing, probe.best_gbps))
     return results
 

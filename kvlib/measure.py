@@ -493,6 +493,7 @@ def memory_bandwidth(
     device: torch.device | str | None = None,
     repeats: int = 7,
     threads: int | None = None,
+    clock: str = "wall",
 ) -> Bandwidth:
     """Measure streaming-read bandwidth: how fast this device reads a buffer from DRAM once.
 
@@ -501,7 +502,8 @@ def memory_bandwidth(
     ``tensor.sum()`` on ``threads`` torch threads (None: all the CPUs this process may
     use; ignored on a GPU). A sum reads every element once, writes one number and does one
     add per 4 bytes read, so memory reads limit it, not arithmetic. Any measurement the
-    book compares with this probe is taken at the same thread count.
+    book compares with this probe is taken at the same thread count (and ``clock``, see
+    :func:`time_it`).
     """
     device = pick_device() if device is None else torch.device(device)
     threads = _threads_for(device, threads)
@@ -511,7 +513,7 @@ def memory_bandwidth(
         raise KVLibError(f"num_bytes must be an integer of at least 4096, not {num_bytes!r}")
     buffer = torch.ones(num_bytes // 4, dtype=torch.float32, device=device)
     with torch_threads(threads):
-        timing = time_it(buffer.sum, repeats=repeats, warmup=2, device=device)
+        timing = time_it(buffer.sum, repeats=repeats, warmup=2, device=device, clock=clock)
     return Bandwidth(device=str(device), num_bytes=buffer.numel() * 4, timing=timing, threads=threads)
 
 
