@@ -33,6 +33,7 @@ from kvlib.measure import (
     Bandwidth,
     Timing,
     available_memory_bytes,
+    clock_for,
     dram_bytes,
     launch_overhead_s,
     matmul_gflops,
@@ -65,7 +66,7 @@ class DecodeSetup:
     @property
     def clock(self) -> str:
         """The thread's CPU time on one CPU thread (a busy machine cannot stretch it), else the wall clock."""
-        return "thread" if self.device.type == "cpu" and self.threads == 1 else "wall"
+        return clock_for(self.device, self.threads)
 
     def describe(self) -> str:
         threads = "torch's threads" if self.threads is None else f"{self.threads} thread{'s' * (self.threads > 1)}"

@@ -22,13 +22,19 @@ from tqdm.auto import tqdm
 
 from kvlib import KVLibError
 from kvlib.generate import generate
-from kvlib.measure import synchronize, time_it, torch_threads
+from kvlib.measure import clock_for, read_clock, synchronize, time_it, torch_threads
 from kvlib.model import TinyLlama
 from kvlib.paged_attention import PagedKVCache
 from kvlib.placement import make_memory
 from kvlib.serving import Scheduler, SchedulerConfig, StepPlan
 from kvlib.simulator import RunResult, StepTimeModel, fit_step_time, result_from
 from kvlib.traces import Request
+
+
+def engine_clock(device: torch.device) -> str:
+    """How the engine's steps are timed: on the CPU (one thread) the thread's CPU time, which a
+    busy machine cannot stretch; on a GPU the wall clock (see :func:`kvlib.measure.time_it`)."""
+    return clock_for(device, 1 if torch.device(device).type == "cpu" else None)
 
 
 def one_cpu_thread(device: torch.device):
@@ -57,11 +63,15 @@ def execute(model: TinyLlama, cache: PagedKVCache, plan: StepPlan) -> list[int]:
 
 
 def run_engine(model: TinyLlama, requests: list[Request], policy: str, num_slots: int, max_len: int,
-               block_size: int = 16, config: SchedulerConfig = SchedulerConfig(), progress: bool = True) -> RunResult:
+               block_size: int = 16, config: SchedulerConfig = SchedulerConfig(), progress: bool = True,
+               clock: str = "wall") -> RunResult:
     """Serve ``requests`` with the model under one policy and a budget of ``num_slots`` token slots.
 
-    Time is the wall clock; requests whose arrival lies ahead are waited for. Each finished
-    request's tokens are in ``result.finished[i].tokens`` (prompt, then its output).
+    Arrivals and finishing times follow the wall clock; requests whose arrival lies ahead
+    are waited for; ``steps["duration_s"]`` holds each step's wall-clock seconds, and
+    ``steps["clock_s"]`` the same steps read on ``clock`` (``"thread"``: the CPU time of
+    this thread, which :func:`race_engine` uses). Each finished request's tokens are in
+    ``result.finished[i].tokens`` (prompt, then its output).
     """
     device = model.lm_head.weight.device
     if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
@@ -70,7 +80,7 @@ def run_engine(model: TinyLlama, requests: list[Request], policy: str, num_slots
     cache = PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype,
                          enable_prefix_caching=False)
     scheduler = Scheduler(make_memory(policy, num_slots, max_len, block_size, manager=cache.manager), requests, config)
-    durations = []
+    durations, clocked = [], []  # per step: wall seconds (start + duration = finish), seconds on ``clock``
     with one_cpu_thread(device), tqdm(total=len(requests), desc=f"engine: {policy}", disable=not progress) as bar:
         start = time.perf_counter()
         while scheduler.has_work():
@@ -78,17 +88,21 @@ def run_engine(model: TinyLlama, requests: list[Request], policy: str, num_slots
             if not scheduler.running and not scheduler.waiting and scheduler.next_arrival() > now:
                 time.sleep(scheduler.next_arrival() - now)
                 now = time.perf_counter() - start
+            step_start = read_clock(clock)
             plan = scheduler.schedule(now)
             if plan.num_seqs == 0:
                 raise KVLibError(f"policy {policy}: nothing can run with {num_slots} slots")
             tokens = execute(model, cache, plan)
             synchronize(device)
+            clocked.append(read_clock(clock) - step_start)
             end = time.perf_counter() - start
             durations.append(end - now)
             num_done = len(scheduler.finished)
             scheduler.complete(plan, tokens, end)
             bar.update(len(scheduler.finished) - num_done)
-    return result_from(scheduler, policy, durations)
+    result = result_from(scheduler, policy, durations)
+    result.steps["clock_s"] = np.array(clocked)
+    return result
 
 
 def race_engine(model: TinyLlama, requests: list[Request], policies, num_slots: int, max_len: int, rounds: int = 3,
@@ -101,7 +115,9 @@ def race_engine(model: TinyLlama, requests: list[Request], policies, num_slots: 
     make a step slower, and a step is slowed in all rounds only if the load lasts through
     all of them, so each step's fastest of a few runs is the fair measurement, as in
     :func:`calibrate`; a policy's time is the sum over its steps (scheduling and forward
-    passes; the bookkeeping between steps is left out, for every policy alike). Keeping each
+    passes; the bookkeeping between steps is left out, for every policy alike). On the CPU
+    each step is read on the thread's CPU time (:func:`engine_clock`), which another
+    program's turns on the core do not stretch. Keeping each
     policy's fastest whole run instead let a spell of load that covered most of the race,
     but not all, favour whichever policy happened to run outside it.
     """
@@ -113,14 +129,16 @@ def race_engine(model: TinyLlama, requests: list[Request], policies, num_slots: 
     with tqdm(total=rounds * len(policies), desc="engine runs", disable=not progress) as bar:
         for _ in range(rounds):
             for policy in policies:
-                runs[policy].append(run_engine(model, requests, policy, num_slots, max_len, progress=False))
+                runs[policy].append(run_engine(model, requests, policy, num_slots, max_len, progress=False,
+                                               clock=engine_clock(model.lm_head.weight.device)))
                 bar.update()
     fastest = {}
     for policy, results in runs.items():
-        durations = [r.steps["duration_s"] for r in results]
+        durations = [r.steps["clock_s"] for r in results]
         if len({len(d) for d in durations}) != 1:
             raise KVLibError(f"policy {policy}: the runs scheduled different steps")
         fastest[policy] = results[0].with_durations(np.min(durations, axis=0))
+        fastest[policy].steps.pop("clock_s")  # the retimed steps' durations replace it
     return fastest
 
 
@@ -177,7 +195,7 @@ def _decode_step_s(model: TinyLlama, num_seqs: int, length: int, block_size: int
         cache.schedule(seqs)
         model(newest, cache, last_only=True)
 
-    return time_it(step, repeats=repeats, warmup=1, device=device).min_s
+    return time_it(step, repeats=repeats, warmup=1, device=device, clock=engine_clock(device)).min_s
 
 
 @torch.inference_mode()
@@ -194,7 +212,7 @@ def _prefill_s(model: TinyLlama, length: int, block_size: int, repeats: int) -> 
         model(prompt, cache, last_only=True)
         cache.manager.free(0)
 
-    return time_it(prefill, repeats=repeats, warmup=1, device=device).min_s
+    return time_it(prefill, repeats=repeats, warmup=1, device=device, clock=engine_clock(device)).min_s
 
 
 def calibrate(model: TinyLlama, decode_points=DECODE_POINTS, prefill_lengths=PREFILL_LENGTHS, block_size: int = 16,

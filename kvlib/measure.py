@@ -94,6 +94,17 @@ def torch_threads(threads: int | None):
 CLOCKS = ("wall", "thread")  # time.perf_counter, time.thread_time
 
 
+def read_clock(clock: str = "wall") -> float:
+    """Seconds on ``clock``: the wall clock, or the CPU time of the calling thread (see :func:`time_it`)."""
+    return time.thread_time() if clock == "thread" else time.perf_counter()
+
+
+def clock_for(device: torch.device | str, threads: int | None) -> str:
+    """The clock that times work on ``device`` with ``threads`` torch threads fairly on a busy machine:
+    the thread's CPU time for one CPU thread (it runs on the caller), else the wall clock."""
+    return "thread" if torch.device(device).type == "cpu" and threads == 1 else "wall"
+
+
 def time_it(
     fn: Callable[[], object],
     *,
@@ -122,18 +133,17 @@ def time_it(
         raise KVLibError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
     if clock == "thread" and device is not None and torch.device(device).type != "cpu":
         raise KVLibError("clock='thread' measures the calling thread's CPU time and cannot time a GPU")
-    now = time.thread_time if clock == "thread" else time.perf_counter  # looked up per call (tests stub them)
     for _ in range(warmup):
         fn()
     synchronize(device)
     samples = []
     for _ in range(repeats):
         synchronize(device)
-        start = now()
+        start = read_clock(clock)
         for _ in range(number):
             fn()
         synchronize(device)
-        samples.append((now() - start) / number)
+        samples.append((read_clock(clock) - start) / number)
     return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
 
 

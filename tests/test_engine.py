@@ -4,9 +4,10 @@ preemption by recomputation that never changes a request's tokens, and the calib
 import math
 
 import pytest
+import torch
 
 from kvlib import KVLibError
-from kvlib.engine import calibrate, decode_lengths, outputs_match_solo, race_engine, run_engine, solo_tokens
+from kvlib.engine import calibrate, decode_lengths, engine_clock, outputs_match_solo, race_engine, run_engine, solo_tokens
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.placement import POLICIES
 from kvlib.traces import TraceSpec, make_trace
@@ -107,3 +108,13 @@ def test_calibration_lengths_differ_by_less_than_a_block():
     assert decode_lengths(3, 2, 16) == [2, 1, 2]
     lengths = decode_lengths(40, 100, 16)
     assert max(lengths) == 100 and min(lengths) == 85 and len(set(lengths)) == 16
+
+
+def test_steps_are_also_read_on_the_thread_clock():
+    requests = make_trace(SMALL, 4, math.inf, seed=4, vocab_size=97)
+    run = run_engine(MODEL, requests, "paged", 256, 64, progress=False, clock="thread")
+    wall, cpu = run.steps["duration_s"], run.steps["clock_s"]
+    assert len(cpu) == len(wall) and (cpu > 0).all()
+    # one thread cannot use more CPU time than the wall-clock time that passed around it
+    assert (cpu <= wall + 1e-4).all()
+    assert engine_clock(torch.device("cpu")) == "thread"
