@@ -5,6 +5,7 @@ that contiguous reservation wastes, and ``bench()`` for ``python -m kvlib bench`
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
@@ -12,7 +13,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention
-from kvlib.measure import Timing, dram_bytes, pick_device, time_it, torch_threads
+from kvlib.measure import Timing, dram_bytes, pick_device, synchronize, torch_threads
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import BlockManager
 from kvlib.paged_attention import GatherBuffer, attend_gathered, gather_blocks, generate_paged, paged_attention
@@ -79,26 +80,50 @@ def time_interleaved(
 
     Each function first runs until warm; then it is given enough back-to-back calls per
     sample to last about ``target_s`` (None: as long as the slowest function's call, and at
-    least 10 ms), and every round takes one sample of each, in the same order. Two things
-    make the comparison fair on a busy machine. A program that slows the machine for a while
-    slows whichever samples run meanwhile, so across the rounds it lands on all the
-    functions instead of on the whole run of one. And samples of equal length see the same
-    share of any steady load (time slices given to other programs), where a short sample
-    could slip between two slices and a long one could not. Load can only lengthen a sample,
-    so the fastest of each (``Timing.min_s``) is the one to compare.
+    least 10 ms), and every round takes one sample of each, in the same order. A program
+    that slows the machine for a while then slows whichever samples run meanwhile, so across
+    the rounds it lands on all the functions instead of on the whole run of one, and samples
+    of equal length see the same share of a steady load. Load can only lengthen a sample.
+
+    The clock is :func:`sample_clock`: on a CPU with one torch thread, the thread's own CPU
+    time, which the time slices the operating system gives other programs do not inflate;
+    elsewhere wall-clock time with the GPU synchronised around every sample.
     """
     if not fns:
         raise KVLibError("time_interleaved needs at least one function to time")
     if not isinstance(rounds, int) or rounds < 1:
         raise KVLibError(f"rounds must be an integer >= 1, not {rounds!r}")
-    once = {name: time_it(fn, repeats=1, warmup=1, device=device).min_s for name, fn in fns.items()}
+    device = pick_device() if device is None else torch.device(device)
+    clock = sample_clock(device)
+
+    def sample(fn, number: int) -> float:
+        synchronize(device)
+        start = clock()
+        for _ in range(number):
+            fn()
+        synchronize(device)
+        return (clock() - start) / number
+
+    once = {}
+    for name, fn in fns.items():
+        fn()  # warm-up
+        once[name] = sample(fn, 1)
     target = max(0.01, *once.values()) if target_s is None else target_s
     numbers = {name: max(1, round(target / max(t, 1e-7))) for name, t in once.items()}
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            samples[name].append(time_it(fn, repeats=1, warmup=0, number=numbers[name], device=device).min_s)
+            samples[name].append(sample(fn, numbers[name]))
     return {name: Timing(statistics.median(s), min(s), max(s), tuple(s)) for name, s in samples.items()}
+
+
+def sample_clock(device) -> Callable[[], float]:
+    """The clock :func:`time_interleaved` reads: ``time.thread_time`` on a CPU when torch runs on
+    one thread (all the work is then done by the calling thread, and its CPU time counts its
+    memory stalls but not the time slices other programs get), else ``time.perf_counter``."""
+    if torch.device(device).type == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
 
 
 def round_median(expression: Callable[..., float], *timings: Timing) -> float:
@@ -211,13 +236,10 @@ def time_decode_attention(
                 q, k_cache, v_cache, tables, seq_lens, k, v = timing_case(
                     length, block_size, sizes, seed=length + block_size, device=device)
                 q5 = q.view(sizes.batch, sizes.num_kv_heads, group, 1, sizes.head_dim)
-                buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())
-                gather_buffers = (GatherBuffer(), GatherBuffer())
-                scores = GatherBuffer()
+                buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())  # K, V, scores; the gather alone reuses them
                 timings = time_interleaved({
-                    "contiguous": lambda: attend_gathered(q5, k, v, None, scores),
-                    "gather": lambda: (gather_blocks(k_cache, tables, gather_buffers[0]),
-                                       gather_blocks(v_cache, tables, gather_buffers[1])),
+                    "contiguous": lambda: attend_gathered(q5, k, v, None, buffers[2]),
+                    "gather": lambda: (gather_blocks(k_cache, tables, buffers[0]), gather_blocks(v_cache, tables, buffers[1])),
                     "paged": lambda: paged_attention(q, k_cache, v_cache, tables, seq_lens, buffers),
                 }, rounds=rounds, device=device)
                 ms = {name: t.min_s * 1e3 for name, t in timings.items()}
@@ -227,7 +249,7 @@ def time_decode_attention(
                                  ratio=round_median(lambda p, g, c: p / c, *parts),
                                  sum_ratio=round_median(lambda p, g, c: p / (g + c), *parts),
                                  gather_ratio=round_median(lambda p, g, c: g / c, *parts)))
-                del q, k_cache, v_cache, k, v, buffers, gather_buffers, scores, timings
+                del q, k_cache, v_cache, k, v, buffers, timings
     return rows
 
 

@@ -20,6 +20,7 @@ worth of which can come from the last-level cache.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,7 +29,7 @@ import torch
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention
 from kvlib.cache import kv_bytes_per_token
-from kvlib.decode import DecodeMeasurement, DecodeSetup, decode_inputs, probe_bandwidth
+from kvlib.decode import DecodeMeasurement, DecodeSetup, probe_bandwidth
 from kvlib.measure import Bandwidth, available_memory_bytes, llc_bytes, torch_threads
 from kvlib.model import TinyLlama
 from kvlib.paged_attention import generate_paged
@@ -150,27 +151,34 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
     Half the longest context is there because :func:`kvlib.decode.decode_setup` makes the
     longest hold at least twice :func:`kvlib.measure.dram_bytes`: so MHA's K+V at half of it
     is at least four times the LLC on every machine, and the growth between the two is the
-    growth of two steps read from DRAM. Every cache stays allocated for the whole run
-    (interleaving needs them all), about twice MHA's cache at the longest context; a
-    KVLibError says so when memory is short.
+    growth of two steps read from DRAM. Interleaving needs every cache at once, so all of
+    them are contiguous views of one seeded K and one V buffer, as large as MHA's at the
+    longest context (a step reads each byte once whatever else shares its memory, and at
+    most the LLC's worth of any data is in the cache when a step begins); a KVLibError says
+    so when memory is short.
     """
     contexts = sorted({*setup.contexts, setup.longest // 2})
     configs = [(setup.num_heads, TINY_CONTEXT)] + [(setup.num_heads, n) for n in contexts]
     configs += [(kv, setup.longest) for kv in (8, 1) if kv < setup.num_heads and setup.num_heads % kv == 0]
-    itemsize = torch.empty((), dtype=setup.dtype).element_size()
-    needed = sum(2 * setup.batch * kv * n * setup.head_dim * itemsize for kv, n in configs)
+    numel = setup.batch * setup.num_heads * setup.longest * setup.head_dim
+    needed = 2 * numel * torch.empty((), dtype=setup.dtype).element_size()
     available = available_memory_bytes(setup.device)
     if needed > available // 2:
         raise KVLibError(f"the decode caches need {needed / 2**30:.1f} GiB, over half the {available / 2**30:.1f} GiB available")
     probe = probe_bandwidth(setup)
-    inputs = {(kv, n): decode_inputs(setup, kv, n) for kv, n in configs}
+    generator = torch.Generator(setup.device).manual_seed(0)
+    uniform = lambda *shape: torch.empty(shape, device=setup.device, dtype=setup.dtype).uniform_(-1, 1, generator=generator)  # noqa: E731
+    k_memory, v_memory = uniform(numel), uniform(numel)
+    q = uniform(setup.batch, setup.num_heads, 1, setup.head_dim)
 
-    def step(q, k, v):
-        return lambda: grouped_attention(q, k, v, q_start=k.shape[2] - 1)
+    def step(kv: int, n: int):
+        shape = (setup.batch, kv, n, setup.head_dim)
+        k, v = (memory[: math.prod(shape)].view(shape) for memory in (k_memory, v_memory))
+        return lambda: grouped_attention(q, k, v, q_start=n - 1)
 
     with torch.inference_mode(), torch_threads(setup.threads):
-        timings = time_interleaved({f"{kv}x{n}": step(*inputs[kv, n]) for kv, n in configs},
-                                   rounds=rounds, device=setup.device)
+        timings = time_interleaved({f"{kv}x{n}": step(kv, n) for kv, n in configs}, rounds=rounds, device=setup.device)
+    itemsize = k_memory.element_size()
     steps = tuple(DecodeMeasurement("grouped", kv, n, setup.batch, setup.num_heads, setup.head_dim, itemsize,
                                     timings[f"{kv}x{n}"]) for kv, n in configs)
     return GrowthRun(setup, llc_bytes(setup.device), probe, steps)
@@ -202,23 +210,18 @@ def growth_bounds(short_bytes: int, long_bytes: int, llc: int) -> tuple[float, f
 def growth_checks(run: GrowthRun) -> list[dict]:
     """MHA's step at the longest context against each shorter one: measured ratios (medians
     over the rounds, :func:`kvlib.paged_measure.round_median`; the tiny step's time stands
-    for the fixed cost) beside :func:`growth_bounds`.
-
-    Bounds are given only where the shorter step's K+V is at least four times the LLC
-    (``from DRAM``): a step that may be served partly from the cache is also the one a busy
-    machine disturbs most (another program's time slices evict what it had cached), so the
-    page asserts nothing about it.
+    for the fixed cost) beside :func:`growth_bounds`, and how many times the LLC the shorter
+    step's K+V is (the upper bound exists only above 1x; at 4x and more the step is read from DRAM).
     """
     longest = run.step(run.setup.num_heads, run.setup.longest)
     tiny = run.step(run.setup.num_heads, TINY_CONTEXT).timing
     rows = []
     for short in sorted((m for m in run.steps if m.num_kv_heads == run.setup.num_heads
                          and TINY_CONTEXT < m.context < longest.context), key=lambda m: m.context):
-        from_dram = short.kv_bytes >= 4 * run.llc_bytes
-        lower, upper = growth_bounds(short.kv_bytes, longest.kv_bytes, run.llc_bytes) if from_dram else (None, None)
+        lower, upper = growth_bounds(short.kv_bytes, longest.kv_bytes, run.llc_bytes)
         times = longest.timing, short.timing, tiny
-        rows.append({"from context": short.context, "to context": longest.context, "from DRAM": from_dram,
-                     "bytes ratio": longest.kv_bytes / short.kv_bytes,
+        rows.append({"from context": short.context, "to context": longest.context,
+                     "x LLC": short.kv_bytes / run.llc_bytes, "bytes ratio": longest.kv_bytes / short.kv_bytes,
                      "time ratio": round_median(lambda t_long, t_short, t_tiny: t_long / t_short, *times),
                      "upper bound": upper,
                      "time ratio less fixed cost": round_median(

@@ -7,6 +7,7 @@ import torch
 
 from kvlib import KVLibError, paged_measure
 from kvlib.generate import generate
+from kvlib.measure import Timing
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged_attention import PagedKVCache, decode_branches, generate_paged
 from kvlib.paged_measure import (
@@ -144,7 +145,10 @@ def test_decode_timing_rows_have_all_three_times():
     assert [(r["length"], r["block_size"]) for r in rows] == [(32, 4), (32, 8)]
     assert all(r["kv_bytes"] == 2 * 2 * 2 * 32 * 8 * 4 for r in rows)  # K and V, batch, kv heads, tokens, width, fp32
     assert all(r["contiguous_ms"] > 0 and r["gather_ms"] > 0 and r["paged_ms"] > 0 for r in rows)
-    assert all(r["ratio"] == r["paged_ms"] / r["contiguous_ms"] for r in rows)
+    # one round: the round's ratios are those of the only (so fastest) samples
+    assert all(r["ratio"] == pytest.approx(r["paged_ms"] / r["contiguous_ms"]) for r in rows)
+    assert all(r["sum_ratio"] == pytest.approx(r["paged_ms"] / (r["gather_ms"] + r["contiguous_ms"])) for r in rows)
+    assert all(r["gather_ratio"] == pytest.approx(r["gather_ms"] / r["contiguous_ms"]) for r in rows)
 
 
 def test_timing_case_stores_the_same_kv_contiguously_and_in_blocks():
@@ -177,6 +181,30 @@ def test_kernel_sizes_reach_dram_bytes(monkeypatch):
     assert sizes.kv_bytes(longest) >= target > sizes.kv_bytes(longest // 2) or longest == paged_measure.MIN_LONGEST["cpu"]
     if target == 4 * 256 * 2**20:  # not capped by this machine's memory
         assert longest == 131072  # 1 GiB of K+V at 8 KiB per token
+
+
+def test_sample_clock_is_the_threads_cpu_time_on_one_cpu_thread():
+    import time
+
+    from kvlib.measure import torch_threads
+
+    with torch_threads(1):
+        assert paged_measure.sample_clock("cpu") is time.thread_time
+    with torch_threads(2):
+        assert paged_measure.sample_clock("cpu") is time.perf_counter
+    assert paged_measure.sample_clock("cuda") is time.perf_counter
+
+
+def test_round_median_compares_within_rounds():
+    def timing(*samples):
+        return Timing(sorted(samples)[len(samples) // 2], min(samples), max(samples), samples)
+
+    # round 2 ran 3x slower for both; round 3 hit only the numerator
+    paged, contiguous = timing(2.0, 6.0, 9.0), timing(1.0, 3.0, 1.0)
+    assert paged_measure.round_median(lambda p, c: p / c, paged, contiguous) == 2.0
+    assert paged.min_s / contiguous.min_s == 2.0 and paged.median_s / contiguous.median_s == 6.0
+    with pytest.raises(KVLibError, match="same number of rounds"):
+        paged_measure.round_median(lambda p, c: p / c, paged, timing(1.0))
 
 
 def test_time_interleaved_keeps_every_sample_in_rounds():
