@@ -5,7 +5,6 @@ that contiguous reservation wastes, and ``bench()`` for ``python -m kvlib bench`
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
@@ -13,7 +12,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention
-from kvlib.measure import Timing, dram_bytes, pick_device, synchronize, torch_threads
+from kvlib.measure import Timing, clock_for, dram_bytes, pick_device, time_it, torch_threads
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import BlockManager
 from kvlib.paged_attention import GatherBuffer, attend_gathered, gather_blocks, generate_paged, paged_attention
@@ -85,24 +84,20 @@ def time_interleaved(
     the rounds it lands on all the functions instead of on the whole run of one, and samples
     of equal length see the same share of a steady load. Load can only lengthen a sample.
 
-    The clock is :func:`sample_clock`: on a CPU with one torch thread, the thread's own CPU
-    time, which the time slices the operating system gives other programs do not inflate;
-    elsewhere wall-clock time with the GPU synchronised around every sample.
+    The clock is the one :func:`kvlib.measure.clock_for` picks for the device and torch's threads: on a
+    CPU with one torch thread, the thread's own CPU time, which the time slices the
+    operating system gives other programs do not inflate; elsewhere wall-clock time, with
+    the GPU synchronised around every sample.
     """
     if not fns:
         raise KVLibError("time_interleaved needs at least one function to time")
     if not isinstance(rounds, int) or rounds < 1:
         raise KVLibError(f"rounds must be an integer >= 1, not {rounds!r}")
     device = pick_device() if device is None else torch.device(device)
-    clock = sample_clock(device)
+    clock = clock_for(device, torch.get_num_threads())
 
     def sample(fn, number: int) -> float:
-        synchronize(device)
-        start = clock()
-        for _ in range(number):
-            fn()
-        synchronize(device)
-        return (clock() - start) / number
+        return time_it(fn, repeats=1, warmup=0, number=number, device=device, clock=clock).min_s
 
     once = {}
     for name, fn in fns.items():
@@ -115,15 +110,6 @@ def time_interleaved(
         for name, fn in fns.items():
             samples[name].append(sample(fn, numbers[name]))
     return {name: Timing(statistics.median(s), min(s), max(s), tuple(s)) for name, s in samples.items()}
-
-
-def sample_clock(device) -> Callable[[], float]:
-    """The clock :func:`time_interleaved` reads: ``time.thread_time`` on a CPU when torch runs on
-    one thread (all the work is then done by the calling thread, and its CPU time counts its
-    memory stalls but not the time slices other programs get), else ``time.perf_counter``."""
-    if torch.device(device).type == "cpu" and torch.get_num_threads() == 1:
-        return time.thread_time
-    return time.perf_counter
 
 
 def round_median(expression: Callable[..., float], *timings: Timing) -> float:

@@ -183,16 +183,20 @@ def test_kernel_sizes_reach_dram_bytes(monkeypatch):
         assert longest == 131072  # 1 GiB of K+V at 8 KiB per token
 
 
-def test_sample_clock_is_the_threads_cpu_time_on_one_cpu_thread():
-    import time
-
+def test_time_interleaved_reads_the_thread_clock_on_one_cpu_thread(monkeypatch):
+    import kvlib.measure as measure
     from kvlib.measure import torch_threads
 
+    clocks = []
+    real = measure.read_clock
+    monkeypatch.setattr(measure, "read_clock", lambda clock="wall": clocks.append(clock) or real(clock))
     with torch_threads(1):
-        assert paged_measure.sample_clock("cpu") is time.thread_time
+        paged_measure.time_interleaved({"a": lambda: None}, rounds=1, device="cpu", target_s=0)
+    assert clocks and set(clocks) == {"thread"}
+    clocks.clear()
     with torch_threads(2):
-        assert paged_measure.sample_clock("cpu") is time.perf_counter
-    assert paged_measure.sample_clock("cuda") is time.perf_counter
+        paged_measure.time_interleaved({"a": lambda: None}, rounds=1, device="cpu", target_s=0)
+    assert clocks and set(clocks) == {"wall"}
 
 
 def test_round_median_compares_within_rounds():
