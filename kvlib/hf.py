@@ -25,9 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.measure import Timing, time_it
+from kvlib.measure import Timing, time_interleaved, time_it
 from kvlib.model import ModelConfig, TinyLlama
-from kvlib.nocache import time_interleaved
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is built locally; never reach the Hub
 
@@ -206,7 +205,7 @@ def race_generators(model: TinyLlama, prompt: torch.Tensor, num_new: int, repeat
     transformers' ``generate`` on the same weights with and without its cache), by one protocol.
 
     Each generator first runs a 2-token generation, untimed (``generate`` sets things up on
-    its first call); then :func:`~kvlib.nocache.time_interleaved` runs ``repeats`` rounds,
+    its first call); then :func:`~kvlib.measure.time_interleaved` runs ``repeats`` rounds,
     in which every generator generates once, taking turns to go first.
     """
     from kvlib.generate import generate
@@ -228,5 +227,5 @@ def race_generators(model: TinyLlama, prompt: torch.Tensor, num_new: int, repeat
             runs[name](2)  # warm-up
         timings = time_interleaved(
             {name: (lambda name=name: tokens.__setitem__(name, runs[name](num_new))) for name in names},
-            repeats=repeats, device=prompt.device)
+            rounds=repeats, number=1, warmup=0, device=prompt.device)
     return GeneratorRace(num_new, prompt.shape[0], timings, tokens)

@@ -16,7 +16,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
@@ -145,6 +145,70 @@ def time_it(
         synchronize(device)
         samples.append((read_clock(clock) - start) / number)
     return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
+
+
+def time_interleaved(
+    fns: Mapping[str, Callable[[], object]],
+    rounds: int = 7,
+    *,
+    number: int | None = None,
+    target_s: float | None = None,
+    warmup: int = 1,
+    device: torch.device | str | None = None,
+    clock: str | None = None,
+) -> dict[str, Timing]:
+    """Time several functions to compare them: ``rounds`` rounds, each taking one sample of every function.
+
+    The order rotates from round to round, so that no function always goes first. A program
+    that slows the machine for a while then slows whichever samples run meanwhile: across
+    the rounds it lands on all the functions instead of on the whole run of one. Each
+    function is called ``warmup`` times first (0 for functions with state, whose every call
+    counts). A sample is ``number`` back-to-back calls; with ``number=None`` each function
+    gets as many as make a sample last about ``target_s`` (None: as long as the slowest
+    function's call, and at least 10 ms), so that samples of equal length see the same share
+    of a steady load. The clock defaults to :func:`clock_for` the device and torch's threads
+    (on one CPU thread the thread's CPU time). Chapters 1, 3 and 6 compare timings this way,
+    by their fastest samples or by :func:`round_median`.
+    """
+    if not fns:
+        raise KVLibError("time_interleaved needs at least one function to time")
+    for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0), ("number", number or 1, 1)):
+        if not isinstance(value, int) or value < low:
+            raise KVLibError(f"{name} must be an integer >= {low}, not {value!r}")
+    device = pick_device() if device is None else torch.device(device)
+    clock = clock or clock_for(device, torch.get_num_threads())
+
+    def sample(fn, calls: int) -> float:
+        return time_it(fn, repeats=1, warmup=0, number=calls, device=device, clock=clock).min_s
+
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    if number is None:
+        once = {name: sample(fn, 1) for name, fn in fns.items()}
+        target = max(0.01, *once.values()) if target_s is None else target_s
+        numbers = {name: max(1, round(target / max(t, 1e-7))) for name, t in once.items()}
+    else:
+        numbers = dict.fromkeys(fns, number)
+    names, samples = list(fns), {name: [] for name in fns}
+    for round_ in range(rounds):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(sample(fns[name], numbers[name]))
+    return {name: Timing(statistics.median(s), min(s), max(s), tuple(s)) for name, s in samples.items()}
+
+
+def round_median(expression: Callable[..., float], *timings: Timing) -> float:
+    """Median over the rounds of :func:`time_interleaved` of ``expression`` applied to the
+    timings' samples of one round (e.g. ``lambda p, c: p / c`` for a ratio of two kernels).
+
+    The samples of one round run back to back, so load that lasts a round scales them
+    alike and cancels in a ratio; the median then sets aside the rounds that a burst of load
+    hit unevenly (chapters 3 and 6).
+    """
+    if not timings or len({len(t.samples) for t in timings}) != 1:
+        raise KVLibError("round_median needs timings with the same number of rounds")
+    return statistics.median(expression(*values) for values in zip(*(t.samples for t in timings)))
 
 
 # --------------------------------------------------------------------------- hardware facts

@@ -11,14 +11,13 @@ tokens from logits that agree to rounding error.
 Sizes depend on the device (:func:`nocache_setup`); the chapter explains the choice. The
 concatenation trap (:func:`concat_trap`) is timed up to a cache larger than four times the
 last-level cache (:func:`~kvlib.measure.dram_bytes`), so that its longest point measures
-copies from DRAM, as a real model's would be. :func:`time_interleaved` is the one protocol
+copies from DRAM, as a real model's would be. :func:`~kvlib.measure.time_interleaved` is the one protocol
 by which the chapter compares two functions: rounds in which each runs once, in turns.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 import torch
@@ -26,30 +25,8 @@ import torch
 from kvlib import KVLibError
 from kvlib.cache import ConcatKVCache, ContiguousKVCache, kv_bytes_per_token
 from kvlib.generate import MODES, Decoder
-from kvlib.measure import Timing, dram_size, llc_bytes, pick_device, time_it, torch_threads
+from kvlib.measure import Timing, dram_size, llc_bytes, pick_device, time_interleaved, time_it, torch_threads
 from kvlib.model import ModelConfig, TinyLlama
-
-
-def time_interleaved(fns: dict[str, Callable[[], object]], repeats: int, number: int = 1, device=None) -> dict[str, Timing]:
-    """Time several functions by one protocol: ``repeats`` rounds, each running every function once.
-
-    Each round takes one :func:`~kvlib.measure.time_it` sample of ``number`` calls of every
-    function; the order rotates from round to round, so that no function always goes
-    first. A burst of load from another program then falls on a round, not on one
-    function's every sample, and comparing the fastest samples (``min_s``) compares the
-    least disturbed run of each. No warm-up here: callers warm up first.
-    """
-    if not fns:
-        raise KVLibError("time_interleaved needs at least one function")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise KVLibError(f"repeats must be a positive integer, not {repeats!r}")
-    names = list(fns)
-    samples = {name: [] for name in names}
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name] += time_it(fns[name], repeats=1, warmup=0, number=number, device=device).samples
-    return {name: Timing(float(np.median(s)), min(s), max(s), tuple(s)) for name, s in samples.items()}
 
 
 @dataclass(frozen=True)
@@ -311,7 +288,7 @@ def concat_trap(config: ModelConfig, batch: int, lengths, device=None, repeats: 
 
     The model's projections and MLP cost the same either way and are left out; what is
     timed is what the two caches do differently. The two caches take turns
-    (:func:`time_interleaved`), one sample each per round, ``repeats`` rounds, so that both
+    (:func:`~kvlib.measure.time_interleaved`), one sample each per round, ``repeats`` rounds, so that both
     meet the same conditions. A sample is ``number`` steps while the cache fits in the
     last-level cache and one step beyond (one step then streams at least the cache from
     DRAM, long enough to time). Each step adds a token: a measurement at length L covers
@@ -338,7 +315,7 @@ def concat_trap(config: ModelConfig, batch: int, lengths, device=None, repeats: 
             step(cache)
         copied = caches["concat"].bytes_copied - before
         timings = time_interleaved({kind: (lambda cache=cache: step(cache)) for kind, cache in caches.items()},
-                                   repeats=repeats, number=steps, device=device)
+                                   rounds=repeats, number=steps, warmup=0, device=device)
         points.append(TrapPoint(length, timings["cache"], timings["concat"], copied))
         del caches
     return points

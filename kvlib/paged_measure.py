@@ -4,15 +4,14 @@ that contiguous reservation wastes, and ``bench()`` for ``python -m kvlib bench`
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Sequence
+from typing import Sequence
 
 import torch
 
 from kvlib import KVLibError
 from kvlib.attention import grouped_attention
-from kvlib.measure import Timing, clock_for, dram_bytes, pick_device, time_it, torch_threads
+from kvlib.measure import dram_bytes, pick_device, round_median, time_interleaved, torch_threads
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged import BlockManager
 from kvlib.paged_attention import GatherBuffer, attend_gathered, gather_blocks, generate_paged, paged_attention
@@ -70,59 +69,6 @@ def paged_vs_contiguous_error(case: DecodeCase) -> float:
         reference = grouped_attention(case.q[seq : seq + 1], k, v, q_start=k.shape[2] - num_new)
         worst = max(worst, (paged[seq : seq + 1] - reference).abs().max().item())
     return worst
-
-
-def time_interleaved(
-    fns: Mapping[str, Callable[[], object]], rounds: int = 7, device=None, target_s: float | None = None
-) -> dict[str, Timing]:
-    """Time several functions in interleaved rounds, every sample the same length (chapters 3 and 6).
-
-    Each function first runs until warm; then it is given enough back-to-back calls per
-    sample to last about ``target_s`` (None: as long as the slowest function's call, and at
-    least 10 ms), and every round takes one sample of each, in the same order. A program
-    that slows the machine for a while then slows whichever samples run meanwhile, so across
-    the rounds it lands on all the functions instead of on the whole run of one, and samples
-    of equal length see the same share of a steady load. Load can only lengthen a sample.
-
-    The clock is the one :func:`kvlib.measure.clock_for` picks for the device and torch's threads: on a
-    CPU with one torch thread, the thread's own CPU time, which the time slices the
-    operating system gives other programs do not inflate; elsewhere wall-clock time, with
-    the GPU synchronised around every sample.
-    """
-    if not fns:
-        raise KVLibError("time_interleaved needs at least one function to time")
-    if not isinstance(rounds, int) or rounds < 1:
-        raise KVLibError(f"rounds must be an integer >= 1, not {rounds!r}")
-    device = pick_device() if device is None else torch.device(device)
-    clock = clock_for(device, torch.get_num_threads())
-
-    def sample(fn, number: int) -> float:
-        return time_it(fn, repeats=1, warmup=0, number=number, device=device, clock=clock).min_s
-
-    once = {}
-    for name, fn in fns.items():
-        fn()  # warm-up
-        once[name] = sample(fn, 1)
-    target = max(0.01, *once.values()) if target_s is None else target_s
-    numbers = {name: max(1, round(target / max(t, 1e-7))) for name, t in once.items()}
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name].append(sample(fn, numbers[name]))
-    return {name: Timing(statistics.median(s), min(s), max(s), tuple(s)) for name, s in samples.items()}
-
-
-def round_median(expression: Callable[..., float], *timings: Timing) -> float:
-    """Median over the rounds of :func:`time_interleaved` of ``expression`` applied to the
-    timings' samples of one round (e.g. ``lambda p, c: p / c`` for a ratio of two kernels).
-
-    The samples of one round run back to back, so load that lasts a round scales them
-    alike and cancels in a ratio; the median then sets aside the rounds that a burst of load
-    hit unevenly. This is how chapters 3 and 6 compare timings; the fastest samples are shown.
-    """
-    if not timings or len({len(t.samples) for t in timings}) != 1:
-        raise KVLibError("round_median needs timings with the same number of rounds")
-    return statistics.median(expression(*values) for values in zip(*(t.samples for t in timings)))
 
 
 @dataclass(frozen=True)

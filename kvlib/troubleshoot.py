@@ -30,10 +30,9 @@ from kvlib import KVLibError
 from kvlib.attention import grouped_attention
 from kvlib.cache import kv_bytes_per_token
 from kvlib.decode import DecodeMeasurement, DecodeSetup, probe_bandwidth
-from kvlib.measure import Bandwidth, available_memory_bytes, llc_bytes, torch_threads
+from kvlib.measure import Bandwidth, available_memory_bytes, llc_bytes, round_median, time_interleaved, torch_threads
 from kvlib.model import TinyLlama
 from kvlib.paged_attention import generate_paged
-from kvlib.paged_measure import round_median, time_interleaved
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,7 @@ class GrowthRun:
 def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
     """Time MHA's decode step at ``TINY_CONTEXT``, at every context of ``setup`` and at half the
     longest, and GQA-8 and MQA at the longest, in interleaved rounds
-    (:func:`kvlib.paged_measure.time_interleaved`) on the setup's threads, after the DRAM
+    (:func:`kvlib.measure.time_interleaved`) on the setup's threads, after the DRAM
     probe at the same thread count.
 
     Half the longest context is there because :func:`kvlib.decode.decode_setup` makes the
@@ -209,7 +208,7 @@ def growth_bounds(short_bytes: int, long_bytes: int, llc: int) -> tuple[float, f
 
 def growth_checks(run: GrowthRun) -> list[dict]:
     """MHA's step at the longest context against each shorter one: measured ratios (medians
-    over the rounds, :func:`kvlib.paged_measure.round_median`; the tiny step's time stands
+    over the rounds, :func:`kvlib.measure.round_median`; the tiny step's time stands
     for the fixed cost) beside :func:`growth_bounds`, and how many times the LLC the shorter
     step's K+V is (the upper bound exists only above 1x; at 4x and more the step is read from DRAM).
     """

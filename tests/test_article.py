@@ -45,8 +45,9 @@ def _fake_interleaved(samples):
     """A stand-in for time_interleaved: runs each function once, returns the given samples."""
     calls = []
 
-    def fake(fns, repeats, number=1, device=None):
-        calls.append((tuple(fns), repeats))
+    def fake(fns, rounds, number=None, warmup=1, device=None, clock=None):
+        assert (number, warmup) == (1, 0)  # each loop run once per sample, none thrown away
+        calls.append((tuple(fns), rounds))
         for fn in fns.values():
             fn()
         return {name: Timing(float(np.median(s)), min(s), max(s), tuple(s)) for name, s in samples.items()}

@@ -233,3 +233,54 @@ def test_torch_threads_sets_then_restores_the_thread_count():
     assert torch.get_num_threads() == before
     with torch_threads(None):  # None leaves the setting alone (what GPU callers pass)
         assert torch.get_num_threads() == before
+
+
+# ---- comparing functions: interleaved rounds (chapters 1, 3 and 6)
+
+
+def test_time_interleaved_takes_turns_and_keeps_every_sample():
+    calls = []
+    timings = measure.time_interleaved({name: (lambda name=name: calls.append(name)) for name in "abc"},
+                                       rounds=4, number=2, warmup=0, device="cpu")
+    # each round runs every function `number` times; the first to go rotates
+    assert calls == [c for order in ("abc", "bca", "cab", "abc") for c in order for _ in range(2)]
+    assert all(len(t.samples) == 4 for t in timings.values())
+    with pytest.raises(KVLibError, match="rounds"):
+        measure.time_interleaved({"a": lambda: None}, rounds=0)
+    with pytest.raises(KVLibError, match="number"):
+        measure.time_interleaved({"a": lambda: None}, number=-1)
+    with pytest.raises(KVLibError, match="at least one"):
+        measure.time_interleaved({})
+
+
+def test_time_interleaved_warms_up_then_sizes_samples_to_the_target():
+    calls = []
+    measure.time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                             rounds=3, target_s=0, device="cpu")
+    # one warm-up and one sizing call each, then one call per sample (target 0 s), turns rotating
+    assert calls == ["a", "b", "a", "b", "a", "b", "b", "a", "a", "b"]
+
+
+def test_time_interleaved_reads_the_thread_clock_on_one_cpu_thread(monkeypatch):
+    clocks = []
+    real = measure.read_clock
+    monkeypatch.setattr(measure, "read_clock", lambda clock="wall": clocks.append(clock) or real(clock))
+    with torch_threads(1):
+        measure.time_interleaved({"a": lambda: None}, rounds=1, device="cpu", target_s=0)
+    assert clocks and set(clocks) == {"thread"}
+    clocks.clear()
+    with torch_threads(2):
+        measure.time_interleaved({"a": lambda: None}, rounds=1, device="cpu", target_s=0)
+    assert clocks and set(clocks) == {"wall"}
+
+
+def test_round_median_compares_within_rounds():
+    def timing(*samples):
+        return Timing(sorted(samples)[len(samples) // 2], min(samples), max(samples), samples)
+
+    # round 2 ran 3x slower for both; round 3 hit only the numerator
+    paged, contiguous = timing(2.0, 6.0, 9.0), timing(1.0, 3.0, 1.0)
+    assert measure.round_median(lambda p, c: p / c, paged, contiguous) == 2.0
+    assert paged.min_s / contiguous.min_s == 2.0 and paged.median_s / contiguous.median_s == 6.0
+    with pytest.raises(KVLibError, match="same number of rounds"):
+        measure.round_median(lambda p, c: p / c, paged, timing(1.0))

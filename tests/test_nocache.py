@@ -13,7 +13,7 @@ from kvlib.measure import torch_threads
 from kvlib.measure import dram_bytes
 from kvlib.nocache import (
     Race, concat_trap, estimated_total_s, fastest_nearby, filled_cache, nocache_setup, race, speedup_table,
-    time_interleaved, time_passes, trap_lengths,
+    time_passes, trap_lengths,
 )
 
 TINY = ModelConfig(vocab_size=61, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=256)
@@ -106,18 +106,6 @@ def test_trap_lengths_reach_dram_from_the_llc(monkeypatch, llc):
     if llc == "64MiB":
         assert lengths[-1] == 262144  # 512 MiB of 2 KiB positions: the first of 256 x 4^k past 256 MiB
     assert trap_lengths(TINY, 2, "cpu", start=8, factor=2)[-1] * 2 * kv_bytes_per_token(TINY) >= dram_bytes("cpu")
-
-
-def test_time_interleaved_takes_turns_and_keeps_every_sample():
-    calls = []
-    timings = time_interleaved({name: (lambda name=name: calls.append(name)) for name in "abc"}, repeats=4, number=2)
-    # each round runs every function `number` times; the first to go rotates
-    assert calls == [c for order in ("abc", "bca", "cab", "abc") for c in order for _ in range(2)]
-    assert all(len(t.samples) == 4 and t.min_s <= t.median_s <= t.max_s for t in timings.values())
-    with pytest.raises(KVLibError, match="repeats"):
-        time_interleaved({"a": lambda: None}, repeats=0)
-    with pytest.raises(KVLibError, match="at least one"):
-        time_interleaved({}, repeats=1)
 
 
 def test_fastest_nearby_removes_bursts_of_load():

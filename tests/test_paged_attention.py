@@ -7,7 +7,6 @@ import torch
 
 from kvlib import KVLibError, paged_measure
 from kvlib.generate import generate
-from kvlib.measure import Timing
 from kvlib.model import ModelConfig, TinyLlama
 from kvlib.paged_attention import PagedKVCache, decode_branches, generate_paged
 from kvlib.paged_measure import (
@@ -181,47 +180,6 @@ def test_kernel_sizes_reach_dram_bytes(monkeypatch):
     assert sizes.kv_bytes(longest) >= target > sizes.kv_bytes(longest // 2) or longest == paged_measure.MIN_LONGEST["cpu"]
     if target == 4 * 256 * 2**20:  # not capped by this machine's memory
         assert longest == 131072  # 1 GiB of K+V at 8 KiB per token
-
-
-def test_time_interleaved_reads_the_thread_clock_on_one_cpu_thread(monkeypatch):
-    import kvlib.measure as measure
-    from kvlib.measure import torch_threads
-
-    clocks = []
-    real = measure.read_clock
-    monkeypatch.setattr(measure, "read_clock", lambda clock="wall": clocks.append(clock) or real(clock))
-    with torch_threads(1):
-        paged_measure.time_interleaved({"a": lambda: None}, rounds=1, device="cpu", target_s=0)
-    assert clocks and set(clocks) == {"thread"}
-    clocks.clear()
-    with torch_threads(2):
-        paged_measure.time_interleaved({"a": lambda: None}, rounds=1, device="cpu", target_s=0)
-    assert clocks and set(clocks) == {"wall"}
-
-
-def test_round_median_compares_within_rounds():
-    def timing(*samples):
-        return Timing(sorted(samples)[len(samples) // 2], min(samples), max(samples), samples)
-
-    # round 2 ran 3x slower for both; round 3 hit only the numerator
-    paged, contiguous = timing(2.0, 6.0, 9.0), timing(1.0, 3.0, 1.0)
-    assert paged_measure.round_median(lambda p, c: p / c, paged, contiguous) == 2.0
-    assert paged.min_s / contiguous.min_s == 2.0 and paged.median_s / contiguous.median_s == 6.0
-    with pytest.raises(KVLibError, match="same number of rounds"):
-        paged_measure.round_median(lambda p, c: p / c, paged, timing(1.0))
-
-
-def test_time_interleaved_keeps_every_sample_in_rounds():
-    calls = []
-    timings = paged_measure.time_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
-                                             rounds=3, target_s=0)
-    assert set(timings) == {"a", "b"} and all(len(t.samples) == 3 for t in timings.values())
-    assert all(t.min_s <= t.median_s <= t.max_s for t in timings.values())
-    assert calls[-6:] == ["a", "b"] * 3  # one call per sample (target 0 s), alternating
-    with pytest.raises(KVLibError, match="rounds"):
-        paged_measure.time_interleaved({"a": lambda: None}, rounds=0)
-    with pytest.raises(KVLibError, match="at least one"):
-        paged_measure.time_interleaved({})
 
 
 def test_tokens_identical_is_true_for_the_paged_cache():
