@@ -24,8 +24,19 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache import ConcatKVCache, ContiguousKVCache, kv_bytes_per_token
+from kvlib.costmodel import forward_flops
 from kvlib.generate import MODES, Decoder
-from kvlib.measure import Timing, dram_size, llc_bytes, pick_device, time_interleaved, time_it, torch_threads
+from kvlib.measure import (
+    Timing,
+    dram_size,
+    launch_overhead_s,
+    llc_bytes,
+    matmul_gflops,
+    pick_device,
+    time_interleaved,
+    time_it,
+    torch_threads,
+)
 from kvlib.model import ModelConfig, TinyLlama
 
 
@@ -69,9 +80,27 @@ class NoCacheSetup:
 # the fixed cost of ~200 small operations and of reading 13.5 MiB of weights.
 CPU_CONFIG = ModelConfig(d_model=384, num_layers=2, num_heads=6, num_kv_heads=2, d_ff=1024)
 # GPU: a cached step of a tiny model costs the launch time of its ~200 kernels whatever the
-# width, so the model is wider and decodes 16 sequences at once: a pass without a cache is
-# then bound by arithmetic (as it is for real models) and the cached step still by launches.
+# width, so the model is wider and decodes several sequences at once (:func:`gpu_batch`): a
+# pass without a cache is then bound by arithmetic (as it is for real models) and the cached
+# step still by launches.
 GPU_CONFIG = ModelConfig(d_model=2048, num_layers=2, num_heads=16, num_kv_heads=4, d_ff=5504)
+# A pass without a cache at the shortest reported length must do this many kernel launches'
+# worth of arithmetic: ten times the ~200 launches of one pass.
+GPU_PASS_LAUNCHES = 2000
+GPU_MAX_BATCH = 256
+
+
+def gpu_batch(config: ModelConfig, tokens: int, launch_s: float, flops_per_s: float) -> int:
+    """The smallest power-of-two batch (at most 256) at which one pass without a cache over
+    ``tokens`` tokens does ``GPU_PASS_LAUNCHES`` launches' worth of arithmetic at ``flops_per_s``:
+    chosen from the device's measured launch overhead and matmul rate, not fixed."""
+    if launch_s <= 0 or flops_per_s <= 0:
+        raise KVLibError("launch_s and flops_per_s must be positive")
+    per_sequence = sum(forward_flops(config, tokens, tokens).values())
+    batch = 1
+    while batch < GPU_MAX_BATCH and batch * per_sequence < GPU_PASS_LAUNCHES * launch_s * flops_per_s:
+        batch *= 2
+    return batch
 
 
 def trap_lengths(config: ModelConfig, batch: int, device=None, start: int = 256, factor: int = 4) -> tuple[int, ...]:
@@ -93,14 +122,15 @@ def nocache_setup(device: torch.device | str | None = None) -> NoCacheSetup:
 
     On the CPU the timed runs must choose identical tokens: the chapter's model keeps its
     best two logits at least 1e-3 apart along the run, a thousand times the rounding
-    differences between the ways (tested). A GPU batch of 16 random sequences is likely
+    differences between the ways (tested). A GPU batch of random sequences (:func:`gpu_batch`) is likely
     to hit a near-tie somewhere, where rounding may pick the other token; the timing does
     not depend on which, and the chapter checks identical tokens on one sequence instead.
     The concatenation trap's lengths come from the device's last-level cache (:func:`trap_lengths`).
     """
     device = pick_device() if device is None else torch.device(device)
     if device.type == "cuda":
-        return NoCacheSetup(device, GPU_CONFIG, batch=16, race_length=800, pass_lengths=(), lengths=(100, 200, 400, 800),
+        batch = gpu_batch(GPU_CONFIG, 100, launch_overhead_s(device), matmul_gflops(device).best_gflops * 1e9)
+        return NoCacheSetup(device, GPU_CONFIG, batch=batch, race_length=800, pass_lengths=(), lengths=(100, 200, 400, 800),
                             claim_length=800, claim_speedup=3.0, hf_length=100, threads=None, tokens_must_match=False)
     return NoCacheSetup(device, CPU_CONFIG, batch=1, race_length=400, pass_lengths=(500, 600, 700, 800),
                         lengths=(100, 200, 400, 800), claim_length=400, claim_speedup=3.0, hf_length=100, threads=1,

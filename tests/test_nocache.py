@@ -81,8 +81,11 @@ def test_passes_are_timed_and_interpolated():
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_setups_are_consistent(device):
-    setup = nocache_setup(device)  # a torch.device("cuda") can be named without a GPU
+def test_setups_are_consistent(device, monkeypatch):
+    # a torch.device("cuda") can be named without a GPU; the facts a GPU setup reads are stubbed
+    monkeypatch.setattr(nocache, "launch_overhead_s", lambda device: 5e-6)
+    monkeypatch.setattr(nocache, "matmul_gflops", lambda device: type("C", (), {"best_gflops": 50_000.0})())
+    setup = nocache_setup(device)
     assert setup.device.type == device
     assert setup.claim_length in setup.lengths and setup.claim_length <= setup.race_length
     assert 1.0 < setup.claim_speedup < 6.0  # a sanity floor: above a cache that saves nothing, below the article's 6.0x
@@ -90,6 +93,20 @@ def test_setups_are_consistent(device):
     assert setup.hf_length <= setup.race_length
     assert all(n <= setup.race_length or n <= max(setup.pass_lengths) for n in setup.lengths)
     assert list(setup.pass_lengths) == sorted(setup.pass_lengths)
+
+
+def test_gpu_batch_grows_with_launch_overhead_and_matmul_rate():
+    from kvlib.costmodel import forward_flops
+
+    per_sequence = sum(forward_flops(nocache.GPU_CONFIG, 100, 100).values())  # 17.9 GFLOP at 100 tokens
+    # 2,000 launches of 5 us at 50 TFLOP/s: 500 GFLOP of arithmetic, 28 sequences, rounded up to 32
+    assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 5e-6, 5e13) == 32
+    assert 16 * per_sequence < 2000 * 5e-6 * 5e13 <= 32 * per_sequence
+    assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 5e-6, 1e14) == 64  # a faster GPU needs more work per pass
+    assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 1e-9, 1e9) == 1
+    assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 1.0, 1e15) == nocache.GPU_MAX_BATCH
+    with pytest.raises(KVLibError, match="positive"):
+        nocache.gpu_batch(nocache.GPU_CONFIG, 100, 0, 1e9)
 
 
 @pytest.mark.parametrize("llc", [None, "1MiB", "64MiB"])
