@@ -147,7 +147,9 @@ def time_decode_attention(
     """Time one decode step of attention three ways, for each length and block size.
 
     - ``contiguous``: :func:`attend_gathered` on K and V stored contiguously, i.e. the paged
-      kernel's arithmetic without its gather (every sequence has the same length, so no mask);
+      kernel's arithmetic without its gather (every sequence has the same length, so no mask),
+      reading the buffers the paged kernel gathers into, so that both read the same memory
+      (the same pages: a copy in other memory may sit on pages of another size);
     - ``gather``: the paged kernel's gather alone, K and V copied out of the shuffled blocks;
     - ``paged``: :func:`paged_attention` itself, gather then arithmetic.
 
@@ -167,8 +169,12 @@ def time_decode_attention(
             for block_size in block_sizes:
                 q, k_cache, v_cache, tables, seq_lens, k, v = timing_case(
                     length, block_size, sizes, seed=length + block_size, device=device)
+                del k, v  # the contiguous arithmetic reads the paged kernel's own gather buffers instead
                 q5 = q.view(sizes.batch, sizes.num_kv_heads, group, 1, sizes.head_dim)
                 buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())  # K, V, scores; the gather alone reuses them
+                # K and V gathered into the buffers the paged kernel gathers into (every call writes the same
+                # values there): the arithmetic timed alone reads the very memory, pages and layout it reads
+                k, v = gather_blocks(k_cache, tables, buffers[0]), gather_blocks(v_cache, tables, buffers[1])
                 timings = time_interleaved({
                     "contiguous": lambda: attend_gathered(q5, k, v, None, buffers[2]),
                     "gather": lambda: (gather_blocks(k_cache, tables, buffers[0]), gather_blocks(v_cache, tables, buffers[1])),
