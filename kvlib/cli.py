@@ -14,8 +14,14 @@ import time
 
 from kvlib import KVLibError
 
-# Modules that contribute to ``python -m kvlib bench``; each defines ``bench() -> dict``.
-BENCH_MODULES = ("measure", "nocache", "decode", "paged_measure", "serving_measure")
+# The sections of ``python -m kvlib bench`` and the module of each; each module defines ``bench() -> dict``.
+BENCH_MODULES = {
+    "measure": "kvlib.measure.probes",  # chapter 0: DRAM bandwidth, matmul FLOP/s
+    "nocache": "kvlib.cache.nocache_race",  # chapter 1: no cache against a cache
+    "decode": "kvlib.cache.decode_speed",  # chapter 2: decode attention for each number of KV heads
+    "paged": "kvlib.paged.kernel_overhead",  # chapter 3: the paged kernel against the contiguous one
+    "serving": "kvlib.serving.policy_comparison",  # chapter 4: the placement policies
+}
 
 EXIT_USAGE = 2
 
@@ -33,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_env(args) -> int:
-    from kvlib.measure import hardware_report
+    from kvlib.measure.hardware import hardware_report
 
     report = hardware_report()
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.banner())
@@ -48,7 +54,7 @@ def _cmd_bench(args) -> int:
     for name in args.only or BENCH_MODULES:
         start = time.perf_counter()
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
-        results.update(importlib.import_module(f"kvlib.{name}").bench())
+        results.update(importlib.import_module(BENCH_MODULES[name]).bench())
         print(f"bench: {name} done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(results))
@@ -60,7 +66,7 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_size(args) -> int:
-    from kvlib.sizing import format_summary, size_summary
+    from kvlib.sizing.capacity import format_summary, size_summary
 
     summary = size_summary(args.model, args.context, args.batch, args.kv_dtype)
     print(json.dumps(summary) if args.json else format_summary(summary))
@@ -77,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run the book's benchmarks on this machine")
     bench.add_argument("--json", action="store_true", help="print one JSON object with numeric fields")
-    bench.add_argument("--only", nargs="+", metavar="SECTION", help=f"run only these sections ({', '.join(BENCH_MODULES)})")
+    bench.add_argument(
+        "--only", nargs="+", metavar="SECTION", help=f"run only these sections ({', '.join(BENCH_MODULES)})"
+    )
     bench.set_defaults(func=_cmd_bench)
 
     size = sub.add_parser("size", help="KV-cache bytes of a model: a catalog name or a config.json path")

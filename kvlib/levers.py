@@ -28,19 +28,25 @@ from functools import reduce
 import numpy as np
 
 from kvlib import KVLibError
-from kvlib.placement import CATEGORIES
-from kvlib.serving import SchedulerConfig
-from kvlib.serving_measure import A100_40GB, GPU, MEMORY_FRACTION, KVBudget  # chapter 4's GPU and data sheet
-from kvlib.serving_measure import roofline_step as gpu_roofline_step
-from kvlib.simulator import RunResult, StepTimeModel, simulate
-from kvlib.sizing import ModelSpec, bytes_per_token, cache_bytes, catalog_config, catalog_entry, free_bytes, kv_dtype, weight_bytes
-from kvlib.traces import SHAREGPT, Request, make_trace
+from kvlib.gpus import A100_40GB, GPU, MEMORY_FRACTION
+from kvlib.serving.gpu_model import KVBudget, roofline_step
+from kvlib.serving.results import RunResult
+from kvlib.serving.scheduler import SchedulerConfig
+from kvlib.serving.simulator import simulate
+from kvlib.serving.step_time import StepTimeModel
+from kvlib.serving.traces import SHAREGPT, Request, make_trace
+from kvlib.serving.types import CATEGORIES
+from kvlib.sizing.capacity import free_bytes, weight_bytes
+from kvlib.sizing.catalog import catalog_config, catalog_entry
+from kvlib.sizing.dtypes import kv_dtype
+from kvlib.sizing.spec import ModelSpec, bytes_per_token, cache_bytes
 
 LEVERS = ("fewer KV heads", "lower precision", "fewer attention layers", "paging", "prefix sharing")
-ARCHITECTURE_LEVERS = ("fewer KV heads", "fewer attention layers")  # they change the model: hypothetical variants
 
-
-# --------------------------------------------------------------------------- variants
+ARCHITECTURE_LEVERS = (
+    "fewer KV heads",
+    "fewer attention layers",
+)  # they change the model: hypothetical variants
 
 
 @dataclass(frozen=True)
@@ -75,17 +81,33 @@ class Variant:
 def base_variant(model: str = "Llama-2-7B") -> Variant:
     """A catalog model as published, fp16 cache, reserved for the maximum length (the chain's start)."""
     entry = catalog_entry(model)
-    return Variant(f"{entry.name} ({entry.spec.attention_kind}, fp16)", "none (baseline)", entry.spec, entry.num_parameters)
+    return Variant(
+        f"{entry.name} ({entry.spec.attention_kind}, fp16)",
+        "none (baseline)",
+        entry.spec,
+        entry.num_parameters,
+    )
 
 
-def mamba_state_bytes(hidden_size: int, num_layers: int, d_state: int = 16, d_conv: int = 4, expand: int = 2,
-                      dtype_bytes: int = 2) -> int:
+def mamba_state_bytes(
+    hidden_size: int,
+    num_layers: int,
+    d_state: int = 16,
+    d_conv: int = 4,
+    expand: int = 2,
+    dtype_bytes: int = 2,
+) -> int:
     """Per-sequence state of ``num_layers`` Mamba layers: ``expand x hidden_size`` channels, each
     keeping the last ``d_conv`` inputs of its convolution and ``d_state`` numbers of its SSM state
     (the layout of transformers' Jamba cache), in 16-bit numbers by default. It does not grow
     with the context, unlike a KV cache."""
-    for key, value in (("hidden_size", hidden_size), ("d_state", d_state), ("d_conv", d_conv),
-                       ("expand", expand), ("dtype_bytes", dtype_bytes)):
+    for key, value in (
+        ("hidden_size", hidden_size),
+        ("d_state", d_state),
+        ("d_conv", d_conv),
+        ("expand", expand),
+        ("dtype_bytes", dtype_bytes),
+    ):
         if not isinstance(value, int) or value < 1:
             raise KVLibError(f"{key} must be a positive integer, not {value!r}")
     if not isinstance(num_layers, int) or num_layers < 0:
@@ -93,7 +115,9 @@ def mamba_state_bytes(hidden_size: int, num_layers: int, d_state: int = 16, d_co
     return num_layers * expand * hidden_size * (d_conv + d_state) * dtype_bytes
 
 
-def apply_lever(variant: Variant, lever: str, num_kv_heads: int = 8, dtype: str = "fp8", hybrid: str = "Jamba-v0.1") -> Variant:
+def apply_lever(
+    variant: Variant, lever: str, num_kv_heads: int = 8, dtype: str = "fp8", hybrid: str = "Jamba-v0.1"
+) -> Variant:
     """``variant`` with one more lever of :data:`LEVERS`, and that lever's factor on the bytes per token.
 
     - fewer KV heads: ``num_kv_heads`` (GQA; 1 is MQA); factor new heads / old heads;
@@ -109,10 +133,14 @@ def apply_lever(variant: Variant, lever: str, num_kv_heads: int = 8, dtype: str 
         if spec.is_mla:
             raise KVLibError("an MLA model caches one latent per token; it has no KV heads to cut")
         new = spec.with_kv_heads(num_kv_heads)
-        return _changed(variant, name=_kind(new), lever=lever, spec=new, factor=Fraction(num_kv_heads, spec.num_kv_heads))
+        return _changed(
+            variant, name=_kind(new), lever=lever, spec=new, factor=Fraction(num_kv_heads, spec.num_kv_heads)
+        )
     if lever == "lower precision":
         length = spec.cached_vectors[1]
-        factor = Fraction(kv_dtype(dtype).vector_bytes(length), kv_dtype(variant.kv_dtype).vector_bytes(length))
+        factor = Fraction(
+            kv_dtype(dtype).vector_bytes(length), kv_dtype(variant.kv_dtype).vector_bytes(length)
+        )
         return _changed(variant, name=f"{dtype} cache", lever=lever, kv_dtype=dtype, factor=factor)
     if lever == "fewer attention layers":
         config = catalog_config(hybrid)
@@ -120,23 +148,37 @@ def apply_lever(variant: Variant, lever: str, num_kv_heads: int = 8, dtype: str 
         layers = tuple(i for i in spec.attention_layers if i % period == offset)
         if not layers:
             raise KVLibError(f"{hybrid}'s pattern leaves none of {spec.name}'s attention layers")
-        state = mamba_state_bytes(spec.num_heads * spec.head_dim, spec.num_layers - len(layers), config["mamba_d_state"],
-                                  config["mamba_d_conv"], config["mamba_expand"])
-        return _changed(variant, name=f"attention in {len(layers)} of {spec.num_layers} layers", lever=lever,
-                        spec=replace(spec, attention_layers=layers), state_bytes=state,
-                        factor=Fraction(len(layers), spec.num_attention_layers))
+        state = mamba_state_bytes(
+            spec.num_heads * spec.head_dim,
+            spec.num_layers - len(layers),
+            config["mamba_d_state"],
+            config["mamba_d_conv"],
+            config["mamba_expand"],
+        )
+        return _changed(
+            variant,
+            name=f"attention in {len(layers)} of {spec.num_layers} layers",
+            lever=lever,
+            spec=replace(spec, attention_layers=layers),
+            state_bytes=state,
+            factor=Fraction(len(layers), spec.num_attention_layers),
+        )
     if lever == "paging":
         return _changed(variant, name="paged", lever=lever, policy="paged", factor=Fraction(1))
     if lever == "prefix sharing":
         if variant.policy != "paged":
             raise KVLibError("prefix sharing needs a paged cache: apply paging first")
-        return _changed(variant, name="paged + prefix caching", lever=lever, prefix_caching=True, factor=Fraction(1))
+        return _changed(
+            variant, name="paged + prefix caching", lever=lever, prefix_caching=True, factor=Fraction(1)
+        )
     raise KVLibError(f"unknown lever {lever!r}; choose from {', '.join(LEVERS)}")
 
 
 def _changed(variant: Variant, lever: str, **changes) -> Variant:
     """A new variant; it stays hypothetical once a lever has changed the model's architecture."""
-    return replace(variant, lever=lever, hypothetical=variant.hypothetical or lever in ARCHITECTURE_LEVERS, **changes)
+    return replace(
+        variant, lever=lever, hypothetical=variant.hypothetical or lever in ARCHITECTURE_LEVERS, **changes
+    )
 
 
 def lever_chain(model: str = "Llama-2-7B", levers=LEVERS, **settings) -> list[Variant]:
@@ -162,12 +204,21 @@ def entry_levers(model: str = "Llama-2-7B", num_kv_heads=(8, 1), mla: str = "Dee
     ``mla``'s latent (kv_lora_rank + qk_rope_head_dim values per token and layer)."""
     spec = catalog_entry(model).spec
     latent = catalog_entry(mla).spec
-    variants = [spec, *(spec.with_kv_heads(h) for h in num_kv_heads),
-                replace(spec, kv_lora_rank=latent.kv_lora_rank, qk_rope_head_dim=latent.qk_rope_head_dim)]
+    variants = [
+        spec,
+        *(spec.with_kv_heads(h) for h in num_kv_heads),
+        replace(spec, kv_lora_rank=latent.kv_lora_rank, qk_rope_head_dim=latent.qk_rope_head_dim),
+    ]
     base = bytes_per_token(spec)
-    return [{"cache per token and layer": _kind(v) + (f" ({v.cached_vectors[1]} values)" if v.is_mla else ""),
-             "values per token and layer": v.cached_vectors[0] * v.cached_vectors[1], "KV bytes/token": bytes_per_token(v),
-             "factor": str(Fraction(bytes_per_token(v), base))} for v in variants]
+    return [
+        {
+            "cache per token and layer": _kind(v) + (f" ({v.cached_vectors[1]} values)" if v.is_mla else ""),
+            "values per token and layer": v.cached_vectors[0] * v.cached_vectors[1],
+            "KV bytes/token": bytes_per_token(v),
+            "factor": str(Fraction(bytes_per_token(v), base)),
+        }
+        for v in variants
+    ]
 
 
 def _kind(spec: ModelSpec) -> str:
@@ -177,40 +228,53 @@ def _kind(spec: ModelSpec) -> str:
 
 def cumulative_factors(chain: list[Variant]) -> list[Fraction]:
     """Product of the levers' factors up to each step (1 for the baseline)."""
-    return [reduce(lambda a, b: a * b, (v.factor for v in chain[1 : i + 1]), Fraction(1)) for i in range(len(chain))]
+    return [
+        reduce(lambda a, b: a * b, (v.factor for v in chain[1 : i + 1]), Fraction(1))
+        for i in range(len(chain))
+    ]
 
 
-# --------------------------------------------------------------------------- on a GPU
-
-
-def kv_budget(variant: Variant, gpu: GPU = A100_40GB, memory_fraction: float = MEMORY_FRACTION, block_size: int = 16,
-              max_num_seqs: int = SchedulerConfig().max_num_seqs) -> KVBudget:
+def variant_kv_budget(
+    variant: Variant,
+    gpu: GPU = A100_40GB,
+    memory_fraction: float = MEMORY_FRACTION,
+    block_size: int = 16,
+    max_num_seqs: int = SchedulerConfig().max_num_seqs,
+) -> KVBudget:
     """Blocks of KV cache a variant leaves on ``gpu``: (memory x fraction - fp16 weights - the fixed
     states of the ``max_num_seqs`` sequences that may run at once) / bytes per block.
 
-    Chapter 4's :func:`kvlib.serving_measure.kv_budget`, generalised to any variant and GPU."""
+    Chapter 4's :func:`kvlib.serving_measure.variant_kv_budget`, generalised to any variant and GPU."""
     weights = weight_bytes(variant.num_parameters, "fp16")
     kv = int(gpu.memory_bytes * memory_fraction) - weights - max_num_seqs * variant.state_bytes
     per_token = variant.bytes_per_token
     if kv < per_token * block_size:
         raise KVLibError(f"{variant.name} leaves no room for a KV block on the {gpu.name}")
-    return KVBudget(variant.name, gpu.memory_bytes, weights, kv, per_token, block_size, kv // (per_token * block_size))
+    return KVBudget(
+        variant.name, gpu.memory_bytes, weights, kv, per_token, block_size, kv // (per_token * block_size)
+    )
 
 
-def max_batch(variant: Variant, context: int, gpu: GPU = A100_40GB, memory_fraction: float = MEMORY_FRACTION) -> int:
+def variant_max_batch(
+    variant: Variant, context: int, gpu: GPU = A100_40GB, memory_fraction: float = MEMORY_FRACTION
+) -> int:
     """Sequences of ``context`` tokens (cache and state each) that fit beside the fp16 weights:
-    :func:`kvlib.sizing.max_batch` with the per-sequence state added."""
+    :func:`kvlib.sizing.variant_max_batch` with the per-sequence state added."""
     free = free_bytes(int(gpu.memory_bytes * memory_fraction), weight_bytes(variant.num_parameters, "fp16"))
     return max(0, free // variant.sequence_bytes(context))
 
 
-def roofline_step(variant: Variant, gpu: GPU = A100_40GB) -> StepTimeModel:
-    """The variant's step on ``gpu`` by chapter 4's roofline (:func:`kvlib.serving_measure.roofline_step`,
+def variant_step_model(variant: Variant, gpu: GPU = A100_40GB) -> StepTimeModel:
+    """The variant's step on ``gpu`` by chapter 4's roofline (:func:`kvlib.serving_measure.variant_step_model`,
     the book's one A100 model): its parameters, its bytes per cached token, and its fixed state per sequence."""
-    return gpu_roofline_step(variant.num_parameters, variant.bytes_per_token, variant.state_bytes, gpu, variant.name)
+    return roofline_step(
+        variant.num_parameters, variant.bytes_per_token, variant.state_bytes, gpu, variant.name
+    )
 
 
-def chain_trace(num_requests: int = 1000, system_prompt_len: int = 256, max_len: int = 4096, seed: int = 0) -> list[Request]:
+def chain_trace(
+    num_requests: int = 1000, system_prompt_len: int = 256, max_len: int = 4096, seed: int = 0
+) -> list[Request]:
     """``num_requests`` requests queued at time 0, each the same ``system_prompt_len``-token system
     prompt followed by a request with chapter 4's ShareGPT-like lengths, so that the whole fits
     in ``max_len`` tokens (the request's own part is drawn up to ``max_len - system_prompt_len``)."""
@@ -223,9 +287,16 @@ def chain_trace(num_requests: int = 1000, system_prompt_len: int = 256, max_len:
 
 def serve(variant: Variant, requests: list[Request], max_len: int = 4096, gpu: GPU = A100_40GB) -> RunResult:
     """Serve ``requests`` with the variant's placement, in the KV budget it leaves on ``gpu``, timed by its roofline on that GPU."""
-    budget = kv_budget(variant, gpu)
-    return simulate(requests, variant.policy, budget.num_slots, roofline_step(variant, gpu), max_len,
-                    block_size=budget.block_size, enable_prefix_caching=variant.prefix_caching)
+    budget = variant_kv_budget(variant, gpu)
+    return simulate(
+        requests,
+        variant.policy,
+        budget.num_slots,
+        variant_step_model(variant, gpu),
+        max_len,
+        block_size=budget.block_size,
+        enable_prefix_caching=variant.prefix_caching,
+    )
 
 
 def kv_in_use(run: RunResult) -> tuple[float, float]:
@@ -241,56 +312,30 @@ def kv_in_use(run: RunResult) -> tuple[float, float]:
     return float(allocated.sum() / steps["num_seqs"][busy].sum()), float(allocated.mean() / run.num_slots)
 
 
-def chain_table(chain: list[Variant], runs: list[RunResult], context: int, gpu: GPU = A100_40GB) -> list[dict]:
+def chain_table(
+    chain: list[Variant], runs: list[RunResult], context: int, gpu: GPU = A100_40GB
+) -> list[dict]:
     """One row per step: bytes per token and per sequence, the factors, capacity, and the simulated server."""
     rows, base = [], runs[0].tokens_per_s
     for i, (variant, run, total) in enumerate(zip(chain, runs, cumulative_factors(chain))):
         slots_per_seq, share = kv_in_use(run)
-        rows.append({
-            "step": i, "lever": variant.lever, "variant": variant.name + (" (hypothetical)" if variant.hypothetical else ""),
-            "factor": str(variant.factor), "product of factors": str(total),
-            "KV bytes/token": variant.bytes_per_token,
-            f"bytes/sequence at {context:,} (MiB)": variant.sequence_bytes(context) / 2**20,
-            f"max batch at {context:,}": max_batch(variant, context, gpu),
-            "KV budget (token slots)": kv_budget(variant, gpu).num_slots,
-            "KV per running sequence (MiB)": slots_per_seq * variant.bytes_per_token / 2**20,
-            "budget allocated (%)": 100 * share,
-            "mean running batch": run.mean_batch,
-            "tokens/s": run.tokens_per_s,
-            "x previous": run.tokens_per_s / (runs[i - 1].tokens_per_s if i else base),
-            "x baseline": run.tokens_per_s / base,
-        })
+        rows.append(
+            {
+                "step": i,
+                "lever": variant.lever,
+                "variant": variant.name + (" (hypothetical)" if variant.hypothetical else ""),
+                "factor": str(variant.factor),
+                "product of factors": str(total),
+                "KV bytes/token": variant.bytes_per_token,
+                f"bytes/sequence at {context:,} (MiB)": variant.sequence_bytes(context) / 2**20,
+                f"max batch at {context:,}": variant_max_batch(variant, context, gpu),
+                "KV budget (token slots)": variant_kv_budget(variant, gpu).num_slots,
+                "KV per running sequence (MiB)": slots_per_seq * variant.bytes_per_token / 2**20,
+                "budget allocated (%)": 100 * share,
+                "mean running batch": run.mean_batch,
+                "tokens/s": run.tokens_per_s,
+                "x previous": run.tokens_per_s / (runs[i - 1].tokens_per_s if i else base),
+                "x baseline": run.tokens_per_s / base,
+            }
+        )
     return rows
-
-
-# --------------------------------------------------------------------------- figure
-
-
-def draw_chain(rows: list[dict], context: int, max_num_seqs: int | None = None):
-    """Chapter 5: the cumulative effect of the levers, each quantity relative to the baseline (log scale),
-    with the scheduler's cap on running requests as a dotted line when ``max_num_seqs`` is given."""
-    from kvlib.plotting import axes
-
-    fig, ax = axes("Levers applied one after another (relative to the baseline)", "", "x baseline (log scale)",
-                   logy=True, size=(7.5, 4.4))
-    steps = range(len(rows))
-    lines = {
-        "KV bytes per token, smaller by": [rows[0]["KV bytes/token"] / r["KV bytes/token"] for r in rows],
-        "KV per running sequence, smaller by": [rows[0]["KV per running sequence (MiB)"] / r["KV per running sequence (MiB)"] for r in rows],
-        f"max batch at {context:,} (capacity planning)": [r[f"max batch at {context:,}"] / rows[0][f"max batch at {context:,}"] for r in rows],
-        "mean running batch (simulated)": [r["mean running batch"] / rows[0]["mean running batch"] for r in rows],
-        "tokens/s (simulated)": [r["x baseline"] for r in rows],
-    }
-    for (label, values), marker in zip(lines.items(), "osD^v"):
-        ax.plot(steps, values, marker=marker, label=label)
-        ax.annotate(f"{values[-1]:.3g}x", (steps[-1], values[-1]), xytext=(4, 0), textcoords="offset points",
-                    va="center", fontsize=7)
-    if max_num_seqs:
-        cap = max_num_seqs / rows[0]["mean running batch"]
-        ax.axhline(cap, color="tab:red", linestyle=":", linewidth=1)
-        ax.annotate(f"scheduler's cap: {max_num_seqs} running requests", (0, cap), xytext=(0, 3),
-                    textcoords="offset points", fontsize=7, color="tab:red")
-    ax.set_xticks(list(steps), [f"{r['step']}. {r['lever']}" for r in rows], rotation=20, ha="right", fontsize=8)
-    ax.set_xlim(-0.3, len(rows) - 0.4)
-    ax.legend(fontsize=7, loc="upper left")
-    return fig

@@ -21,18 +21,20 @@ worth of which can come from the last-level cache.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
 from kvlib import KVLibError
-from kvlib.attention import grouped_attention
-from kvlib.cache import kv_bytes_per_token
-from kvlib.decode import DecodeMeasurement, DecodeSetup, probe_bandwidth
-from kvlib.measure import Bandwidth, available_memory_bytes, llc_bytes, round_median, time_interleaved, torch_threads
-from kvlib.model import TinyLlama
-from kvlib.paged_attention import generate_paged
+from kvlib.cache.contiguous import kv_bytes_per_token
+from kvlib.cache.decode_speed import DecodeMeasurement, DecodeSetup, probe_bandwidth
+from kvlib.measure.hardware import available_memory_bytes, llc_bytes
+from kvlib.measure.probes import Bandwidth
+from kvlib.measure.timing import round_median, time_interleaved, torch_threads
+from kvlib.model.attention import grouped_attention
+from kvlib.model.llama import TinyLlama
+from kvlib.paged.generation import generate_paged
 
 
 @dataclass(frozen=True)
@@ -58,27 +60,44 @@ def block_bytes(model: TinyLlama, block_size: int) -> int:
     return block_size * kv_bytes_per_token(model.config, model.lm_head.weight.dtype)
 
 
-def batch_sweep(model: TinyLlama, prompts: Sequence[Sequence[int]], num_new: int, budget_bytes: int,
-                batches: Sequence[int], block_size: int = 16) -> list[BatchOutcome]:
+def batch_sweep(
+    model: TinyLlama,
+    prompts: Sequence[Sequence[int]],
+    num_new: int,
+    budget_bytes: int,
+    batches: Sequence[int],
+    block_size: int = 16,
+) -> list[BatchOutcome]:
     """Generate ``num_new`` tokens for the first ``batch`` prompts, for each batch, in a pool of
     ``budget_bytes // block_bytes`` blocks; a refusal by the block manager is recorded, not raised."""
     num_blocks = budget_bytes // block_bytes(model, block_size)
     if num_blocks < 1:
-        raise KVLibError(f"a budget of {budget_bytes:,} bytes holds no block of {block_bytes(model, block_size):,} bytes")
+        raise KVLibError(
+            f"a budget of {budget_bytes:,} bytes holds no block of {block_bytes(model, block_size):,} bytes"
+        )
     if not batches or min(batches) < 1 or max(batches) > len(prompts):
-        raise KVLibError(f"batches must lie between 1 and the {len(prompts)} prompts given, not {list(batches)}")
+        raise KVLibError(
+            f"batches must lie between 1 and the {len(prompts)} prompts given, not {list(batches)}"
+        )
     outcomes = []
     for batch in batches:
         try:
-            run = generate_paged(model, prompts[:batch], num_new, block_size=block_size, num_blocks=num_blocks)
+            run = generate_paged(
+                model, prompts[:batch], num_new, block_size=block_size, num_blocks=num_blocks
+            )
             outcomes.append(BatchOutcome(batch, num_blocks, run.cache.num_bytes, None))
         except KVLibError as error:
             outcomes.append(BatchOutcome(batch, num_blocks, None, str(error)))
     return outcomes
 
 
-def requests_that_fit(lengths: Sequence[int], free_bytes: int, bytes_per_token: int,
-                      block_size: int | None = 16, reserve: int | None = None) -> int:
+def requests_that_fit(
+    lengths: Sequence[int],
+    free_bytes: int,
+    bytes_per_token: int,
+    block_size: int | None = 16,
+    reserve: int | None = None,
+) -> int:
     """How many of the requests, taken in order, hold their caches at once in ``free_bytes``.
 
     Each request of final length ``n`` takes ``reserve`` token slots if given (contiguous
@@ -86,22 +105,26 @@ def requests_that_fit(lengths: Sequence[int], free_bytes: int, bytes_per_token: 
     ``block_size`` (paging; ``None`` means exactly ``n``).
     """
     if free_bytes < 0 or bytes_per_token < 1:
-        raise KVLibError(f"need free_bytes >= 0 and bytes_per_token >= 1, not {free_bytes} and {bytes_per_token}")
+        raise KVLibError(
+            f"need free_bytes >= 0 and bytes_per_token >= 1, not {free_bytes} and {bytes_per_token}"
+        )
     if reserve is not None and max(lengths, default=0) > reserve:
         raise KVLibError(f"a request of {max(lengths)} tokens does not fit its reservation of {reserve}")
     used, fitted = 0, 0
     for n in lengths:
         if n < 1:
             raise KVLibError(f"request lengths must be positive, not {n}")
-        slots = reserve if reserve is not None else (n if block_size is None else -(-n // block_size) * block_size)
+        slots = (
+            reserve
+            if reserve is not None
+            else (n if block_size is None else -(-n // block_size) * block_size)
+        )
         used += slots * bytes_per_token
         if used > free_bytes:
             break
         fitted += 1
     return fitted
 
-
-# --------------------------------------------------------------------------- section 2: slow long contexts
 
 TINY_CONTEXT = 16  # tokens: a step this short costs its fixed per-call cost and hardly anything else
 
@@ -132,13 +155,25 @@ class GrowthRun:
 
     def speedup(self, num_kv_heads: int) -> float:
         """MHA's step over the step with ``num_kv_heads`` at the longest context (median over rounds)."""
-        mha, fewer = self.step(self.setup.num_heads, self.setup.longest), self.step(num_kv_heads, self.setup.longest)
+        mha, fewer = (
+            self.step(self.setup.num_heads, self.setup.longest),
+            self.step(num_kv_heads, self.setup.longest),
+        )
         return round_median(lambda a, b: a / b, mha.timing, fewer.timing)
 
     def rows(self) -> list[dict]:
-        return [{"KV heads": m.num_kv_heads, "context": m.context, "K+V (MiB)": m.kv_bytes / 2**20,
-                 "x LLC": m.kv_bytes / self.llc_bytes, "fastest (ms)": m.timing.min_s * 1e3,
-                 "GB/s": m.best_gbps, "share of probe": m.best_gbps / self.probe.best_gbps} for m in self.steps]
+        return [
+            {
+                "KV heads": m.num_kv_heads,
+                "context": m.context,
+                "K+V (MiB)": m.kv_bytes / 2**20,
+                "x LLC": m.kv_bytes / self.llc_bytes,
+                "fastest (ms)": m.timing.min_s * 1e3,
+                "GB/s": m.best_gbps,
+                "share of probe": m.best_gbps / self.probe.best_gbps,
+            }
+            for m in self.steps
+        ]
 
 
 def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
@@ -163,10 +198,14 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
     needed = 2 * numel * torch.empty((), dtype=setup.dtype).element_size()
     available = available_memory_bytes(setup.device)
     if needed > available // 2:
-        raise KVLibError(f"the decode caches need {needed / 2**30:.1f} GiB, over half the {available / 2**30:.1f} GiB available")
+        raise KVLibError(
+            f"the decode caches need {needed / 2**30:.1f} GiB, over half the {available / 2**30:.1f} GiB available"
+        )
     probe = probe_bandwidth(setup)
     generator = torch.Generator(setup.device).manual_seed(0)
-    uniform = lambda *shape: torch.empty(shape, device=setup.device, dtype=setup.dtype).uniform_(-1, 1, generator=generator)  # noqa: E731
+    uniform = lambda *shape: torch.empty(shape, device=setup.device, dtype=setup.dtype).uniform_(
+        -1, 1, generator=generator
+    )  # noqa: E731
     k_memory, v_memory = uniform(numel), uniform(numel)
     q = uniform(setup.batch, setup.num_heads, 1, setup.head_dim)
 
@@ -176,10 +215,16 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
         return lambda: grouped_attention(q, k, v, q_start=n - 1)
 
     with torch.inference_mode(), torch_threads(setup.threads):
-        timings = time_interleaved({f"{kv}x{n}": step(kv, n) for kv, n in configs}, rounds=rounds, device=setup.device)
+        timings = time_interleaved(
+            {f"{kv}x{n}": step(kv, n) for kv, n in configs}, rounds=rounds, device=setup.device
+        )
     itemsize = k_memory.element_size()
-    steps = tuple(DecodeMeasurement("grouped", kv, n, setup.batch, setup.num_heads, setup.head_dim, itemsize,
-                                    timings[f"{kv}x{n}"]) for kv, n in configs)
+    steps = tuple(
+        DecodeMeasurement(
+            "grouped", kv, n, setup.batch, setup.num_heads, setup.head_dim, itemsize, timings[f"{kv}x{n}"]
+        )
+        for kv, n in configs
+    )
     return GrowthRun(setup, llc_bytes(setup.device), probe, steps)
 
 
@@ -199,7 +244,9 @@ def growth_bounds(short_bytes: int, long_bytes: int, llc: int) -> tuple[float, f
       (else None: a short step served from the cache may be arbitrarily faster).
     """
     if not 0 < short_bytes < long_bytes or llc < 1:
-        raise KVLibError(f"need 0 < short_bytes < long_bytes and llc >= 1, not {short_bytes}, {long_bytes}, {llc}")
+        raise KVLibError(
+            f"need 0 < short_bytes < long_bytes and llc >= 1, not {short_bytes}, {long_bytes}, {llc}"
+        )
     ratio = long_bytes / short_bytes
     lower = ratio * max(0.0, 1 - llc / long_bytes)
     upper = ratio / (1 - llc / short_bytes) if short_bytes > llc else None
@@ -215,15 +262,28 @@ def growth_checks(run: GrowthRun) -> list[dict]:
     longest = run.step(run.setup.num_heads, run.setup.longest)
     tiny = run.step(run.setup.num_heads, TINY_CONTEXT).timing
     rows = []
-    for short in sorted((m for m in run.steps if m.num_kv_heads == run.setup.num_heads
-                         and TINY_CONTEXT < m.context < longest.context), key=lambda m: m.context):
+    for short in sorted(
+        (
+            m
+            for m in run.steps
+            if m.num_kv_heads == run.setup.num_heads and TINY_CONTEXT < m.context < longest.context
+        ),
+        key=lambda m: m.context,
+    ):
         lower, upper = growth_bounds(short.kv_bytes, longest.kv_bytes, run.llc_bytes)
         times = longest.timing, short.timing, tiny
-        rows.append({"from context": short.context, "to context": longest.context,
-                     "x LLC": short.kv_bytes / run.llc_bytes, "bytes ratio": longest.kv_bytes / short.kv_bytes,
-                     "time ratio": round_median(lambda t_long, t_short, t_tiny: t_long / t_short, *times),
-                     "upper bound": upper,
-                     "time ratio less fixed cost": round_median(
-                         lambda t_long, t_short, t_tiny: (t_long - t_tiny) / (t_short - t_tiny), *times),
-                     "lower bound": lower})
+        rows.append(
+            {
+                "from context": short.context,
+                "to context": longest.context,
+                "x LLC": short.kv_bytes / run.llc_bytes,
+                "bytes ratio": longest.kv_bytes / short.kv_bytes,
+                "time ratio": round_median(lambda t_long, t_short, t_tiny: t_long / t_short, *times),
+                "upper bound": upper,
+                "time ratio less fixed cost": round_median(
+                    lambda t_long, t_short, t_tiny: (t_long - t_tiny) / (t_short - t_tiny), *times
+                ),
+                "lower bound": lower,
+            }
+        )
     return rows

@@ -52,17 +52,23 @@ def hygiene_problems(path: Path) -> list[str]:
     if missing:
         problems.append(f"code cells {missing} have no stored execution (nbval would not check them)")
     elif counts != list(range(1, len(cells) + 1)):
-        problems.append(f"execution counts {counts} are not 1..{len(cells)}: not run top to bottom in a fresh kernel")
+        problems.append(
+            f"execution counts {counts} are not 1..{len(cells)}: not run top to bottom in a fresh kernel"
+        )
     for i, cell in enumerate(cells):
         for output in cell.get("outputs", []):
             text = _output_text(output)
             if output.get("output_type") == "error":
-                problems.append(f"code cell {i} stores an error: {output.get('ename')}: {output.get('evalue', '')[:80]}")
+                problems.append(
+                    f"code cell {i} stores an error: {output.get('ename')}: {output.get('evalue', '')[:80]}"
+                )
             elif output.get("name") == "stderr" and "Traceback" in text:
                 problems.append(f"code cell {i} prints a traceback on stderr")
             match = MACHINE_PATH.search(text)
             if match:
-                problems.append(f"code cell {i} output shows a local path near {text[max(0, match.start() - 20):match.end() + 20]!r}")
+                problems.append(
+                    f"code cell {i} output shows a local path near {text[max(0, match.start() - 20) : match.end() + 20]!r}"
+                )
         problems.extend(f"code cell {i}: {problem}" for problem in unclassified_assertions(cell.source))
     return problems
 
@@ -99,8 +105,11 @@ def unclassified_assertions(source: str) -> list[str]:
     except SyntaxError:
         return []  # the notebook's own execution reports it
     lines = code.splitlines()
-    comments = {tok.start[0]: tok.string for tok in tokenize.generate_tokens(io.StringIO(code + "\n").readline)
-                if tok.type == tokenize.COMMENT}
+    comments = {
+        tok.start[0]: tok.string
+        for tok in tokenize.generate_tokens(io.StringIO(code + "\n").readline)
+        if tok.type == tokenize.COMMENT
+    }
     problems = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assert):
@@ -111,7 +120,9 @@ def unclassified_assertions(source: str) -> list[str]:
             line -= 1
         problem = _tag_problem(" ".join(block))
         if problem:
-            problems.append(f"assert on line {node.lineno} ({lines[node.lineno - 1].strip()[:50]!r}) {problem}")
+            problems.append(
+                f"assert on line {node.lineno} ({lines[node.lineno - 1].strip()[:50]!r}) {problem}"
+            )
     return problems
 
 
@@ -123,7 +134,9 @@ def execute(path: Path, timeout: int = 600) -> None:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     nbformat.write(nb, path)
 
 
@@ -158,7 +171,9 @@ def to_py(notebook: Path, script: Path) -> None:
     parts = []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            parts.append("# %% [markdown]\n" + "\n".join(("# " + line).rstrip() for line in cell.source.splitlines()))
+            parts.append(
+                "# %% [markdown]\n" + "\n".join(("# " + line).rstrip() for line in cell.source.splitlines())
+            )
         elif cell.cell_type == "code":
             parts.append("# %%\n" + cell.source)
     script.write_text("\n\n".join(parts) + "\n", encoding="utf-8")

@@ -7,7 +7,7 @@ test waiting for each other at barriers; one thread keeps the tests quick and st
 
 import pytest
 
-from kvlib.measure import torch_threads
+from kvlib.measure.timing import torch_threads
 
 
 @pytest.fixture(autouse=True)

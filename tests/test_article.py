@@ -3,13 +3,23 @@
 import numpy as np
 import pytest
 
-import kvlib.article as article
+import kvlib.cache.article as article
 from kvlib import KVLibError
-from kvlib.article import (
-    ARTICLE_FIGURES, ArticleSetup, cached_loop_traffic, cached_step_traffic, cached_steps, cached_working_set,
-    llc_crossing, loop_flops, loop_with_cache, loop_without_cache, reproduce, step_profile,
+from kvlib.cache.article import (
+    ARTICLE_FIGURES,
+    ArticleSetup,
+    cached_loop_traffic,
+    cached_step_traffic,
+    cached_steps,
+    cached_working_set,
+    llc_crossing,
+    loop_flops,
+    loop_with_cache,
+    loop_without_cache,
+    reproduce,
+    step_profile,
 )
-from kvlib.measure import Timing
+from kvlib.measure.timing import Timing
 
 
 def test_both_loops_compute_the_same_last_output():
@@ -28,7 +38,11 @@ def test_the_last_output_is_attention_of_the_last_token_in_the_last_layer():
 
 
 def test_setups_are_seeded():
-    a, b, c = ArticleSetup.draw(4, 8, 1, seed=0), ArticleSetup.draw(4, 8, 1, seed=0), ArticleSetup.draw(4, 8, 1, seed=1)
+    a, b, c = (
+        ArticleSetup.draw(4, 8, 1, seed=0),
+        ArticleSetup.draw(4, 8, 1, seed=0),
+        ArticleSetup.draw(4, 8, 1, seed=1),
+    )
     assert np.array_equal(a.inputs, b.inputs) and not np.array_equal(a.inputs, c.inputs)
 
 
@@ -92,8 +106,12 @@ def test_cached_step_bytes_by_hand():
     # d = 4, 2 layers, float64, 3 tokens: weights 3 x 16, old rows 2 x 2 x 4, new rows 2 x 3 x 4, per layer.
     assert cached_working_set(3, d_model=4, num_layers=2) == 2 * (48 + 16 + 24) * 8
     assert cached_step_traffic(3, d_model=4, num_layers=2) == 2 * (48 + 16 + 24 + 24) * 8
-    assert cached_loop_traffic(3, d_model=4, num_layers=2) == sum(cached_step_traffic(t, 4, 2) for t in (1, 2, 3))
-    assert cached_working_set(400) == 4 * (3 * 256 * 256 + 2 * 256 * 799) * 8  # 18.5 MiB at the article's length
+    assert cached_loop_traffic(3, d_model=4, num_layers=2) == sum(
+        cached_step_traffic(t, 4, 2) for t in (1, 2, 3)
+    )
+    assert (
+        cached_working_set(400) == 4 * (3 * 256 * 256 + 2 * 256 * 799) * 8
+    )  # 18.5 MiB at the article's length
 
 
 def test_llc_crossing_is_the_first_length_past_the_cache():
@@ -118,7 +136,9 @@ def test_article_figures_are_its_table():
         assert abs(slow / fast - speedup) < 0.1  # the article's speedups are its times' ratios, rounded
 
 
-@pytest.mark.parametrize("kwargs", [dict(num_tokens=0), dict(num_tokens=3, d_model=0), dict(num_tokens=3, num_layers=1.5)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(num_tokens=0), dict(num_tokens=3, d_model=0), dict(num_tokens=3, num_layers=1.5)]
+)
 def test_bad_sizes_are_named(kwargs):
     with pytest.raises(KVLibError, match="must be a positive integer"):
         ArticleSetup.draw(**kwargs)

@@ -22,7 +22,10 @@ def _tarball(files: dict[str, bytes]) -> bytes:
 
 
 def test_tarball_urls_follow_the_registry_layout():
-    assert tarball_url("mathjax", "3.2.2", "https://r.example/") == "https://r.example/mathjax/-/mathjax-3.2.2.tgz"
+    assert (
+        tarball_url("mathjax", "3.2.2", "https://r.example/")
+        == "https://r.example/mathjax/-/mathjax-3.2.2.tgz"
+    )
     assert tarball_url("@jupyter-widgets/html-manager", "1.0.15", "https://r.example") == (
         "https://r.example/@jupyter-widgets/html-manager/-/html-manager-1.0.15.tgz"
     )
@@ -39,7 +42,10 @@ def test_integrity_must_match():
 
 
 def test_unpack_strips_package_prefix_and_refuses_escapes(tmp_path):
-    unpack(_tarball({"package/dist/a.js": b"a", "package/../../evil.js": b"x", "package/b/c.txt": b"c"}), tmp_path / "pkg")
+    unpack(
+        _tarball({"package/dist/a.js": b"a", "package/../../evil.js": b"x", "package/b/c.txt": b"c"}),
+        tmp_path / "pkg",
+    )
     assert (tmp_path / "pkg" / "dist" / "a.js").read_bytes() == b"a"
     assert (tmp_path / "pkg" / "b" / "c.txt").read_bytes() == b"c"
     assert not any(p.name == "evil.js" for p in tmp_path.rglob("*"))

@@ -3,7 +3,7 @@
 import pytest
 
 from kvlib import KVLibError
-from kvlib import calculator as c
+from kvlib.sizing import widget as c
 
 
 def test_report_numbers():

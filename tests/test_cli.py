@@ -6,7 +6,9 @@ import pytest
 
 
 def kvlib(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "kvlib", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "kvlib", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_env_prints_the_banner():

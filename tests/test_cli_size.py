@@ -19,10 +19,21 @@ def test_size_table_and_json():
 
 def test_size_reads_a_config_file(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
-                                "hidden_size": 256, "max_position_embeddings": 100}))
+    path.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 1,
+                "hidden_size": 256,
+                "max_position_embeddings": 100,
+            }
+        )
+    )
     data = json.loads(kvlib("size", str(path), "--context", "100", "--kv-dtype", "int4", "--json").stdout)
-    assert data["total_bytes"] == 2 * 2 * 1 * (32 + 2 * 4) * 100  # layers x K,V x heads x int4 vector x tokens
+    assert (
+        data["total_bytes"] == 2 * 2 * 1 * (32 + 2 * 4) * 100
+    )  # layers x K,V x heads x int4 vector x tokens
 
 
 @pytest.mark.parametrize(

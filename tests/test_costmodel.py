@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from kvlib import KVLibError
-from kvlib.costmodel import PARTS, fit_step_time, flop_ratio, forward_flops, growth_exponent, step_flops
-from kvlib.model import ModelConfig
+from kvlib.cache.costmodel import PARTS, fit_flop_time, flop_ratio, forward_flops, growth_exponent, step_flops
+from kvlib.model.config import ModelConfig
 
 TINY = ModelConfig(vocab_size=10, d_model=8, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=12)
 
@@ -39,7 +39,7 @@ def test_flop_ratio_grows_like_half_the_length():
 def test_fit_step_time_recovers_known_constants():
     flops = np.concatenate([np.full(50, 1e6), np.linspace(1e6, 1e9, 50)])
     seconds = 2e-3 + flops / 5e10
-    model = fit_step_time(flops, seconds)
+    model = fit_flop_time(flops, seconds)
     assert model.overhead_s == pytest.approx(2e-3, rel=1e-6)
     assert model.flops_per_s == pytest.approx(5e10, rel=1e-6)
     assert model.speedup(np.array([1e9]), np.array([1e6])) == pytest.approx((2e-3 + 0.02) / (2e-3 + 2e-5))
@@ -47,9 +47,9 @@ def test_fit_step_time_recovers_known_constants():
 
 def test_fit_step_time_rejects_unusable_data():
     with pytest.raises(KVLibError, match="different FLOPs"):
-        fit_step_time(np.ones(5), np.ones(5))
+        fit_flop_time(np.ones(5), np.ones(5))
     with pytest.raises(KVLibError, match="do not grow"):
-        fit_step_time(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0]))
+        fit_flop_time(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0]))
 
 
 def test_growth_exponent():
@@ -66,7 +66,7 @@ def test_growth_exponent():
 def test_concat_copy_share_by_hand():
     from fractions import Fraction
 
-    from kvlib.costmodel import concat_copy_share
+    from kvlib.cache.costmodel import concat_copy_share
 
     assert concat_copy_share(90, 10) == Fraction(20, 100)  # copy reads and writes the 10 cache bytes
     assert concat_copy_share(0, 5) == 2
@@ -77,7 +77,7 @@ def test_concat_copy_share_by_hand():
 def test_concat_copy_tokens_is_the_first_context_past_the_share():
     from fractions import Fraction
 
-    from kvlib.costmodel import concat_copy_share, concat_copy_tokens
+    from kvlib.cache.costmodel import concat_copy_share, concat_copy_tokens
 
     weights, per_token = 16_060_522_496, 131_072  # Llama-3-8B in bf16, 128 KiB per token
     for batch in (1, 32):
@@ -90,7 +90,7 @@ def test_concat_copy_tokens_is_the_first_context_past_the_share():
 
 
 def test_concat_copy_table_uses_the_catalog():
-    from kvlib.costmodel import DENSE_FULL_ATTENTION, concat_copy_table
+    from kvlib.cache.costmodel import DENSE_FULL_ATTENTION, concat_copy_table
 
     rows = {row["model"]: row for row in concat_copy_table(batches=(1, 32), context=2048)}
     assert list(rows) == list(DENSE_FULL_ATTENTION)
@@ -99,13 +99,22 @@ def test_concat_copy_table_uses_the_catalog():
     assert llama2["copy >= 10% from (tokens), batch 1"] == -(-2 * 6_738_415_616 // (19 * 524_288))
     # 32 sequences need 32x fewer tokens (up to rounding up)
     assert llama2["copy >= 10% from (tokens), batch 32"] == -(-2 * 6_738_415_616 // (19 * 524_288 * 32))
-    assert llama2["copy share at 2,048 tokens, batch 1"] == round(2 * 2048 * 524_288 / (2 * 6_738_415_616 + 2048 * 524_288), 3)
+    assert llama2["copy share at 2,048 tokens, batch 1"] == round(
+        2 * 2048 * 524_288 / (2 * 6_738_415_616 + 2048 * 524_288), 3
+    )
 
 
-@pytest.mark.parametrize("name, problem", [("Mixtral-8x7B", "mixture of experts"), ("Mistral-7B-v0.1", "full context"),
-                                           ("Jamba-v0.1", "mixture of experts"), ("DeepSeek-V3", "mixture of experts")])
+@pytest.mark.parametrize(
+    "name, problem",
+    [
+        ("Mixtral-8x7B", "mixture of experts"),
+        ("Mistral-7B-v0.1", "full context"),
+        ("Jamba-v0.1", "mixture of experts"),
+        ("DeepSeek-V3", "mixture of experts"),
+    ],
+)
 def test_concat_copy_table_refuses_models_it_cannot_count(name, problem):
-    from kvlib.costmodel import concat_copy_table
+    from kvlib.cache.costmodel import concat_copy_table
 
     with pytest.raises(KVLibError, match=problem):
         concat_copy_table(models=(name,))

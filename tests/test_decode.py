@@ -4,8 +4,9 @@ right; per-device sizes keep K/V far beyond CPU caches; bench() reports its four
 import pytest
 import torch
 
-from kvlib import KVLibError, decode
-from kvlib.attention import grouped_attention, repeat_kv_attention, sdpa_attention
+from kvlib import KVLibError
+from kvlib.cache import decode_speed as decode
+from kvlib.model.attention import grouped_attention, repeat_kv_attention, sdpa_attention
 
 
 def _qkv(heads, kv_heads, num_new, num_keys, seed=0):
@@ -29,7 +30,9 @@ def _reference(q, k, v, q_start):
 
 @pytest.mark.parametrize("kv_heads", [8, 2, 1], ids=["MHA", "GQA", "MQA"])
 @pytest.mark.parametrize("num_new, q_start", [(1, 11), (5, 0), (4, 8)], ids=["decode", "prefill", "chunk"])
-@pytest.mark.parametrize("attention", [grouped_attention, repeat_kv_attention, sdpa_attention], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "attention", [grouped_attention, repeat_kv_attention, sdpa_attention], ids=lambda f: f.__name__
+)
 def test_implementations_agree_with_the_textbook(attention, kv_heads, num_new, q_start):
     q, k, v = _qkv(8, kv_heads, num_new, q_start + num_new)
     assert torch.allclose(attention(q, k, v, q_start), _reference(q, k, v, q_start), atol=1e-5)
@@ -53,7 +56,9 @@ def test_per_device_sizes_come_from_the_last_level_cache(monkeypatch):
         assert cpu.contexts == (longest // 16, longest // 4, longest), llc_mib
         k_bytes = cpu.batch * 32 * cpu.longest * cpu.head_dim * 4  # MHA's K alone (V the same)
         assert k_bytes >= 4 * llc_mib * 2**20  # each read from DRAM
-        assert k_bytes < 8 * llc_mib * 2**20 or cpu.longest == decode.MIN_LONGEST["cpu"]  # the shortest such
+        assert (
+            k_bytes < 8 * llc_mib * 2**20 or cpu.longest == decode.DECODE_MIN_LONGEST["cpu"]
+        )  # the shortest such
 
 
 def test_longest_context_is_the_shortest_power_of_two_that_holds_the_bytes():
@@ -95,15 +100,24 @@ def test_inputs_are_seeded():
 def test_bench_fields(monkeypatch):
     small = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(256,), threads=1)
     monkeypatch.setattr(decode, "decode_setup", lambda: small)
-    monkeypatch.setattr(decode, "probe_bandwidth", lambda setup: decode.memory_bandwidth(4 << 20, "cpu", repeats=2, threads=1))
+    monkeypatch.setattr(
+        decode, "probe_bandwidth", lambda setup: decode.memory_bandwidth(4 << 20, "cpu", repeats=2, threads=1)
+    )
     fields = decode.bench()
-    assert set(fields) == {"decode_attn_bw_fraction", "gqa8_speedup", "mqa_speedup", "grouped_vs_repeat_speedup"}
+    assert set(fields) == {
+        "decode_attn_bw_fraction",
+        "gqa8_speedup",
+        "mqa_speedup",
+        "grouped_vs_repeat_speedup",
+    }
     assert all(isinstance(v, float) and v > 0 for v in fields.values())
 
 
 def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):
     """The CUDA branch without a GPU: every fact it reads is stubbed with an H100-like value."""
-    fake_probe = decode.Bandwidth("cuda", 1 << 30, decode.Timing(0.25e-3, 0.25e-3, 0.3e-3, (0.25e-3,)))  # 4.3 TB/s
+    fake_probe = decode.Bandwidth(
+        "cuda", 1 << 30, decode.Timing(0.25e-3, 0.25e-3, 0.3e-3, (0.25e-3,))
+    )  # 4.3 TB/s
     monkeypatch.setattr(decode, "launch_overhead_s", lambda device: 5e-6)
     monkeypatch.setattr(decode, "memory_bandwidth", lambda device: fake_probe)
     monkeypatch.setattr(decode, "dram_bytes", lambda device: 1 << 30)

@@ -3,13 +3,16 @@
 import pytest
 import torch
 
-from tests.single_thread import one_torch_thread  # noqa: F401
 from kvlib import KVLibError
-from kvlib.cache import kv_bytes_per_token
-from kvlib.encdec import EncoderDecoder, generate_encdec
-from kvlib.model import ModelConfig
+from kvlib.cache.contiguous import kv_bytes_per_token
+from kvlib.cache.generation import generate_encdec
+from kvlib.model.config import ModelConfig
+from kvlib.model.encdec import EncoderDecoder
+from tests.single_thread import one_torch_thread  # noqa: F401
 
-CONFIG = ModelConfig(vocab_size=53, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=64)
+CONFIG = ModelConfig(
+    vocab_size=53, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=64
+)
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,26 @@ import pytest
 import torch
 
 from kvlib import KVLibError
-from kvlib.engine import calibrate, decode_lengths, engine_clock, outputs_match_solo, race_engine, run_engine, solo_tokens
-from kvlib.model import ModelConfig, TinyLlama
-from kvlib.placement import POLICIES
-from kvlib.traces import TraceSpec, make_trace
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from kvlib.serving.calibration import calibrate, decode_lengths
+from kvlib.serving.engine import engine_clock, outputs_match_solo, race_engine, run_engine, solo_tokens
+from kvlib.serving.placement import POLICIES
+from kvlib.serving.traces import TraceSpec, make_trace
 
-MODEL = TinyLlama(ModelConfig(vocab_size=97, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=64, max_seq_len=128))
+MODEL = TinyLlama(
+    ModelConfig(
+        vocab_size=97, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=64, max_seq_len=128
+    )
+)
 SMALL = TraceSpec("small", 8, 16, max_len=64)
 
 
 def test_a_tiny_budget_forces_many_preemptions_and_every_request_still_generates_its_solo_tokens():
     requests = make_trace(TraceSpec("stress", 12, 24, max_len=64), 12, math.inf, seed=3, vocab_size=97)
-    result = run_engine(MODEL, requests, "paged", 64, 64, block_size=4, progress=False)  # 16 blocks of 4 tokens
+    result = run_engine(
+        MODEL, requests, "paged", 64, 64, block_size=4, progress=False
+    )  # 16 blocks of 4 tokens
     assert result.num_preemptions >= 8
     assert sum(s.num_preemptions > 0 for s in result.finished) >= 3
     assert len(result.finished) == 12
@@ -31,7 +39,9 @@ def test_every_policy_generates_the_same_tokens_at_the_same_budget():
     outputs = {p: [s.generated for s in r.finished] for p, r in results.items()}
     assert all(outputs[p] == outputs["paged"] for p in POLICIES)
     assert outputs["paged"][:4] == [solo_tokens(MODEL, r) for r in requests[:4]]
-    assert results["max"].max_batch == 4 and results["paged"].max_batch > 4  # 256 slots hold 4 reservations of 64
+    assert (
+        results["max"].max_batch == 4 and results["paged"].max_batch > 4
+    )  # 256 slots hold 4 reservations of 64
     assert all(results[p].num_preemptions == 0 for p in ("max", "pow2", "oracle"))
 
 
@@ -41,14 +51,23 @@ def test_race_engine_times_each_step_by_its_fastest_run_of_the_same_schedule():
     assert set(best) == {"max", "paged"}
     again = run_engine(MODEL, requests, "paged", 256, 64, progress=False)
     assert [s.generated for s in best["paged"].finished] == [s.generated for s in again.finished]
-    assert len(best["paged"].steps["duration_s"]) == len(again.steps["duration_s"])  # the same steps, another clock
+    assert len(best["paged"].steps["duration_s"]) == len(
+        again.steps["duration_s"]
+    )  # the same steps, another clock
     steps = best["paged"].steps
     assert best["paged"].makespan_s == pytest.approx(steps["duration_s"].sum())  # back to back
     assert all(s.finish_s <= best["paged"].makespan_s + 1e-12 for s in best["paged"].finished)
     with pytest.raises(KVLibError, match="rounds"):
         race_engine(MODEL, requests, ("paged",), 256, 64, rounds=0, progress=False)
     with pytest.raises(KVLibError, match="queued at time 0"):
-        race_engine(MODEL, make_trace(SMALL, 3, rate=200.0, seed=5, vocab_size=97), ("paged",), 256, 64, progress=False)
+        race_engine(
+            MODEL,
+            make_trace(SMALL, 3, rate=200.0, seed=5, vocab_size=97),
+            ("paged",),
+            256,
+            64,
+            progress=False,
+        )
 
 
 def test_with_durations_moves_every_token_to_the_end_of_its_step():
@@ -78,11 +97,22 @@ def test_the_engine_refuses_requests_longer_than_max_len():
 
 
 def test_calibration_measures_every_point_and_fits_nonnegative_constants():
-    calibration = calibrate(MODEL, decode_points=((1, 8), (4, 8), (4, 128), (16, 64)), prefill_lengths=(8, 32),
-                            repeats=1, rounds=1, progress=False)
+    calibration = calibrate(
+        MODEL,
+        decode_points=((1, 8), (4, 8), (4, 128), (16, 64)),
+        prefill_lengths=(8, 32),
+        repeats=1,
+        rounds=1,
+        progress=False,
+    )
     assert [r["kind"] for r in calibration.rows] == ["decode"] * 4 + ["prefill"] * 2
     # the lengths of a point differ by less than a block of 16: 8, 7, 6, 5 for (4, 8)
-    assert [r["context_tokens"] for r in calibration.rows[:4]] == [8, 8 + 7 + 6 + 5, 128 + 127 + 126 + 125, sum(range(49, 65))]
+    assert [r["context_tokens"] for r in calibration.rows[:4]] == [
+        8,
+        8 + 7 + 6 + 5,
+        128 + 127 + 126 + 125,
+        sum(range(49, 65)),
+    ]
     assert all(r["seconds"] > 0 and r["fitted_s"] > 0 for r in calibration.rows)
     assert calibration.model.fixed_s > 0  # a forward pass of a tiny model costs something whatever its batch
 
@@ -91,15 +121,28 @@ def test_calibration_recovers_the_costs_of_steps_timed_by_a_known_model(monkeypa
     """With the timers replaced by a known step model, the fit must return that model: this catches
     a point measured with the wrong lengths, columns passed in the wrong order, or a broken fit
     (the clamped constants are >= 0 by construction, so only their values can show a regression)."""
-    import kvlib.engine as engine
-    from kvlib.simulator import StepTimeModel
+    import kvlib.serving.calibration as engine
+    from kvlib.serving.step_time import StepTimeModel
 
     truth = StepTimeModel(1e-3, 2e-5, 3e-8, 4e-6)
-    monkeypatch.setattr(engine, "_decode_step_s", lambda model, n, length, block_size, repeats: float(
-        truth.predict(n, sum(decode_lengths(n, length, block_size)), 0)))
-    monkeypatch.setattr(engine, "_prefill_s", lambda model, length, block_size, repeats: float(truth.predict(1, 0, length)))
-    fitted = calibrate(MODEL, decode_points=((1, 8), (4, 8), (4, 128), (16, 64)), prefill_lengths=(8, 32),
-                       repeats=1, rounds=2, progress=False).model
+    monkeypatch.setattr(
+        engine,
+        "_decode_step_s",
+        lambda model, n, length, block_size, repeats: float(
+            truth.predict(n, sum(decode_lengths(n, length, block_size)), 0)
+        ),
+    )
+    monkeypatch.setattr(
+        engine, "_prefill_s", lambda model, length, block_size, repeats: float(truth.predict(1, 0, length))
+    )
+    fitted = calibrate(
+        MODEL,
+        decode_points=((1, 8), (4, 8), (4, 128), (16, 64)),
+        prefill_lengths=(8, 32),
+        repeats=1,
+        rounds=2,
+        progress=False,
+    ).model
     for term in ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s"):
         assert getattr(fitted, term) == pytest.approx(getattr(truth, term), rel=1e-6), term
 

@@ -62,4 +62,6 @@ def test_each_chapter_notebook_checks_every_reference_solution(chapter):
     (notebook,) = Path(__file__).resolve().parent.parent.joinpath("book").glob(f"{chapter:02d}_*.ipynb")
     text = notebook.read_text(encoding="utf-8")
     for key in exercises.exercise_keys(chapter):
-        assert f'check(\\"{key}\\", solution(\\"{key}\\"))' in text, f"{notebook.name} does not check exercise {key}"
+        assert f'check(\\"{key}\\", solution(\\"{key}\\"))' in text, (
+            f"{notebook.name} does not check exercise {key}"
+        )

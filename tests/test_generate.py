@@ -3,14 +3,17 @@
 import pytest
 import torch
 
-from tests.single_thread import one_torch_thread  # noqa: F401
 from kvlib import KVLibError
-from kvlib.generate import Decoder, generate
-from kvlib.model import ModelConfig, TinyLlama
-from kvlib.measure import torch_threads
-from kvlib.nocache import CPU_CONFIG
+from kvlib.cache.generation import Decoder, generate
+from kvlib.cache.nocache_race import CPU_CONFIG
+from kvlib.measure.timing import torch_threads
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from tests.single_thread import one_torch_thread  # noqa: F401
 
-SMALL = ModelConfig(vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=96, max_seq_len=128)
+SMALL = ModelConfig(
+    vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=96, max_seq_len=128
+)
 
 
 def test_last_only_returns_the_last_position_of_a_full_pass():

@@ -4,8 +4,12 @@ from DRAM stays at least four times the cache. One test lists them all, chapter 
 
 import pytest
 
-from kvlib import decode, measure, nocache, paged_measure
-from kvlib.cache import kv_bytes_per_token
+from kvlib import measure
+from kvlib.measure import hardware
+from kvlib.cache import decode_speed as decode
+from kvlib.cache import nocache_race as nocache
+from kvlib.cache.contiguous import kv_bytes_per_token
+from kvlib.paged import kernel_overhead as paged_measure
 
 MiB = 1 << 20
 
@@ -27,7 +31,7 @@ def sizes_from_the_hardware() -> dict[str, tuple[int, int]]:
 
 @pytest.fixture
 def plenty_of_memory(monkeypatch):
-    monkeypatch.setattr(measure, "available_memory_bytes", lambda device=None: 256 << 30)
+    monkeypatch.setattr(hardware, "available_memory_bytes", lambda device=None: 256 << 30)
 
 
 def test_every_size_grows_with_the_llc_and_stays_beyond_four_times_it(monkeypatch, plenty_of_memory):

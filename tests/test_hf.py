@@ -3,14 +3,22 @@
 import pytest
 import torch
 
-from tests.single_thread import one_torch_thread  # noqa: F401
 from kvlib import KVLibError
-from kvlib.generate import generate
-from kvlib.hf import (
-    from_hf, hf_config, load_hf_weights, max_logit_difference, model_config_of, quiet_transformers,
-    GENERATORS, race_generators, random_hf_llama, time_hf_generate, to_hf,
+from kvlib.cache.generation import generate
+from kvlib.cache.transformers_race import GENERATORS, race_generators, time_hf_generate
+from kvlib.model.config import ModelConfig
+from kvlib.model.hf import (
+    from_hf,
+    hf_config,
+    load_hf_weights,
+    max_logit_difference,
+    model_config_of,
+    quiet_transformers,
+    random_hf_llama,
+    to_hf,
 )
-from kvlib.model import ModelConfig, TinyLlama
+from kvlib.model.llama import TinyLlama
+from tests.single_thread import one_torch_thread  # noqa: F401
 
 # Float32, same operations in a different order (HF uses torch's fused SDPA): logits agree to
 # ~1e-7 (observed 2e-7); 1e-5 leaves a wide margin and would still catch any real difference
@@ -68,11 +76,14 @@ def test_mismatched_weights_are_named():
         load_hf_weights(TinyLlama(ModelConfig(**{**SMALL, "num_layers": 1}, num_kv_heads=2)), hf_model)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("tie_word_embeddings", True, "tie_word_embeddings"),
-    ("attention_bias", True, "attention_bias"),
-    ("hidden_act", "gelu", "hidden_act"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("tie_word_embeddings", True, "tie_word_embeddings"),
+        ("attention_bias", True, "attention_bias"),
+        ("hidden_act", "gelu", "hidden_act"),
+    ],
+)
 def test_unsupported_hf_features_are_named(field, value, message):
     hf_model = random_hf_llama(ModelConfig(**SMALL, num_kv_heads=2))
     setattr(hf_model.config, field, value)
@@ -106,7 +117,9 @@ def test_race_generators_times_every_generator_and_keeps_their_tokens():
     # tokens per second of the fastest run: 10 tokens of one sequence
     assert versus.tokens_per_s("kvlib cache") == 10 / versus.timings["kvlib cache"].min_s
     with pytest.raises(KVLibError, match="no generator"):
-        race_generators(model, prompt, 2, repeats=1, names=("kvlib cache",)).tokens_per_s("transformers cache")
+        race_generators(model, prompt, 2, repeats=1, names=("kvlib cache",)).tokens_per_s(
+            "transformers cache"
+        )
     with pytest.raises(KVLibError, match="names"):
         race_generators(model, prompt, 2, names=("kvlib cache", "vllm"))
     with pytest.raises(KVLibError, match="num_new"):

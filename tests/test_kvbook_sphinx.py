@@ -16,10 +16,14 @@ SPHINX_CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"
 
 
 def _app(outdir, **config):
-    settings = {"mathjax_path": SPHINX_CONFIG["mathjax_path"], "nb_ipywidgets_js": SPHINX_CONFIG["nb_ipywidgets_js"]}
+    settings = {
+        "mathjax_path": SPHINX_CONFIG["mathjax_path"],
+        "nb_ipywidgets_js": SPHINX_CONFIG["nb_ipywidgets_js"],
+    }
     settings.update(config)
-    return SimpleNamespace(builder=SimpleNamespace(format="html"), outdir=str(outdir),
-                           config=SimpleNamespace(**settings))
+    return SimpleNamespace(
+        builder=SimpleNamespace(format="html"), outdir=str(outdir), config=SimpleNamespace(**settings)
+    )
 
 
 def test_the_book_loads_math_and_widgets_from_itself():
@@ -58,8 +62,17 @@ def test_missing_node_modules_name_the_fix(tmp_path, monkeypatch):
 
 def test_identical_inline_scripts_are_kept_once():
     thebe = "const THEBE_JS_URL = 'x'"
-    context = {"script_files": [_JavaScript(None, body=thebe), _JavaScript("a.js"), _JavaScript("", body=thebe),
-                                _JavaScript(None, body="let other = 1")]}
+    context = {
+        "script_files": [
+            _JavaScript(None, body=thebe),
+            _JavaScript("a.js"),
+            _JavaScript("", body=thebe),
+            _JavaScript(None, body="let other = 1"),
+        ]
+    }
     kvbook_sphinx.drop_duplicate_scripts(None, "page", "page.html", context, None)
     assert [(js.filename, js.attributes.get("body")) for js in context["script_files"]] == [
-        (None, thebe), ("a.js", None), (None, "let other = 1")]
+        (None, thebe),
+        ("a.js", None),
+        (None, "let other = 1"),
+    ]

@@ -7,14 +7,18 @@ from fractions import Fraction
 import matplotlib
 import pytest
 
-from kvlib import KVLibError
+from kvlib import KVLibError, gpus
 from kvlib import levers as lv
-from kvlib import serving_measure as sm
-from kvlib.sizing import GiB, bytes_per_token, catalog_entry, max_batch, weight_bytes
+from kvlib.plotting import draw_chain
+from kvlib.serving import gpu_model as gm
+from kvlib.sizing.capacity import max_batch, weight_bytes
+from kvlib.sizing.catalog import catalog_entry
+from kvlib.sizing.spec import bytes_per_token
+from kvlib.units import GiB
 
 matplotlib.use("Agg")
 
-SMALL_GPU = lv.GPU("17 GiB test GPU", 17 * GiB, 1e12, 1e14)  # leaves ~3 GB beside Llama-2-7B's weights
+SMALL_GPU = gpus.GPU("17 GiB test GPU", 17 * GiB, 1e12, 1e14)  # leaves ~3 GB beside Llama-2-7B's weights
 
 
 @pytest.mark.parametrize("model", ["Llama-2-7B", "Llama-3-8B", "OPT-13B"])
@@ -30,14 +34,18 @@ def test_llama_2_7b_chain_factors_and_flags():
     chain = lv.lever_chain("Llama-2-7B")
     assert [v.factor for v in chain] == [1, Fraction(1, 4), Fraction(1, 2), Fraction(1, 8), 1, 1]
     assert [v.bytes_per_token for v in chain] == [524_288, 131_072, 65_536, 8_192, 8_192, 8_192]
-    assert [v.hypothetical for v in chain] == [False] + [True] * 5  # every variant after GQA-8 is a model nobody trained
+    assert [v.hypothetical for v in chain] == [False] + [
+        True
+    ] * 5  # every variant after GQA-8 is a model nobody trained
     assert [v.policy for v in chain] == ["max"] * 4 + ["paged"] * 2
     assert [v.prefix_caching for v in chain] == [False] * 5 + [True]
 
 
 def test_quantized_factors_include_the_scales():
     base = lv.base_variant("Llama-2-7B")
-    assert lv.apply_lever(base, "lower precision", dtype="int8").factor == Fraction(9, 16)  # 128 + 4 x 4 bytes of 256
+    assert lv.apply_lever(base, "lower precision", dtype="int8").factor == Fraction(
+        9, 16
+    )  # 128 + 4 x 4 bytes of 256
     assert lv.apply_lever(base, "lower precision", dtype="int4").factor == Fraction(5, 16)
     assert lv.apply_lever(base, "lower precision", dtype="fp8").bytes_per_token == 262_144
 
@@ -83,32 +91,44 @@ def test_entry_levers_for_llama_2_7b():
 
 def test_kv_budget_and_roofline_reduce_to_chapter_4s_for_a_catalog_model():
     base = lv.base_variant("Llama-2-7B")
-    ours, theirs = lv.kv_budget(base), sm.kv_budget("Llama-2-7B")
-    assert (ours.kv_bytes, ours.num_blocks, ours.bytes_per_token) == (theirs.kv_bytes, theirs.num_blocks, theirs.bytes_per_token)
-    step, ch4 = lv.roofline_step(base), sm.roofline_step_model("Llama-2-7B")
+    ours, theirs = lv.variant_kv_budget(base), gm.kv_budget("Llama-2-7B")
+    assert (ours.kv_bytes, ours.num_blocks, ours.bytes_per_token) == (
+        theirs.kv_bytes,
+        theirs.num_blocks,
+        theirs.bytes_per_token,
+    )
+    step, ch4 = lv.variant_step_model(base), gm.roofline_step_model("Llama-2-7B")
     terms = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")
-    assert [getattr(step, t) for t in terms] == [getattr(ch4, t) for t in terms]  # one A100 model for both chapters
+    assert [getattr(step, t) for t in terms] == [
+        getattr(ch4, t) for t in terms
+    ]  # one A100 model for both chapters
     assert step.per_seq_s == pytest.approx(2 * 6_738_415_616 / 312e12)  # 43.2 µs of compute per decoded token
 
 
 def test_the_state_of_every_schedulable_sequence_is_set_aside():
     hybrid = lv.lever_chain()[3]
-    budget = lv.kv_budget(hybrid, max_num_seqs=256)
-    assert budget.kv_bytes == int(0.9 * 40 * GiB) - weight_bytes(hybrid.num_parameters, "fp16") - 256 * hybrid.state_bytes
-    assert lv.kv_budget(hybrid, max_num_seqs=0).num_blocks > budget.num_blocks
-    assert lv.roofline_step(hybrid).per_seq_s > lv.roofline_step(replace(hybrid, state_bytes=0)).per_seq_s
+    budget = lv.variant_kv_budget(hybrid, max_num_seqs=256)
+    assert (
+        budget.kv_bytes
+        == int(0.9 * 40 * GiB) - weight_bytes(hybrid.num_parameters, "fp16") - 256 * hybrid.state_bytes
+    )
+    assert lv.variant_kv_budget(hybrid, max_num_seqs=0).num_blocks > budget.num_blocks
+    assert (
+        lv.variant_step_model(hybrid).per_seq_s
+        > lv.variant_step_model(replace(hybrid, state_bytes=0)).per_seq_s
+    )
     with pytest.raises(KVLibError, match="no room"):
-        lv.kv_budget(lv.base_variant("Llama-2-70B"))
+        lv.variant_kv_budget(lv.base_variant("Llama-2-70B"))
 
 
 def test_max_batch_is_sizings_plus_the_state():
     base = lv.base_variant("Llama-2-7B")
     usable, weights = int(0.9 * 40 * GiB), weight_bytes(base.num_parameters, "fp16")
-    assert lv.max_batch(base, 4096) == max_batch(base.spec, 4096, usable, weights) == 11
+    assert lv.variant_max_batch(base, 4096) == max_batch(base.spec, 4096, usable, weights) == 11
     hybrid = lv.lever_chain()[3]
-    assert lv.max_batch(hybrid, 4096) == (usable - weights) // (4096 * 8192 + hybrid.state_bytes)
-    assert lv.max_batch(hybrid, 4096) < max_batch(hybrid.spec, 4096, usable, weights, dtype="fp8")
-    assert lv.max_batch(base, 4096, lv.GPU("tiny", 8 * GiB, 1e12, 1e14)) == 0
+    assert lv.variant_max_batch(hybrid, 4096) == (usable - weights) // (4096 * 8192 + hybrid.state_bytes)
+    assert lv.variant_max_batch(hybrid, 4096) < max_batch(hybrid.spec, 4096, usable, weights, dtype="fp8")
+    assert lv.variant_max_batch(base, 4096, gpus.GPU("tiny", 8 * GiB, 1e12, 1e14)) == 0
 
 
 def test_chain_trace_shares_one_system_prompt():
@@ -116,7 +136,9 @@ def test_chain_trace_shares_one_system_prompt():
     assert all(r.prompt[:32] == requests[0].prompt[:32] for r in requests)
     assert all(r.total_len <= 1024 and r.arrival_s == 0 for r in requests)
     assert len({r.prompt[32:40] for r in requests}) > 40
-    assert max(r.total_len for r in lv.chain_trace(1000)) == 4096  # the longest are clipped to fit with the prompt
+    assert (
+        max(r.total_len for r in lv.chain_trace(1000)) == 4096
+    )  # the longest are clipped to fit with the prompt
     with pytest.raises(KVLibError, match="does not fit"):
         lv.chain_trace(10, system_prompt_len=4096)
     with pytest.raises(KVLibError, match="do not fit"):
@@ -130,14 +152,18 @@ def test_serving_the_chain_on_a_small_gpu():
     assert all(len(r.finished) == len(requests) for r in runs)
     slots = [lv.kv_in_use(r)[0] for r in runs]
     assert slots[:4] == [1024.0] * 4  # max reserves max_len for every running request
-    assert slots[4] < 1024 / 2 and slots[5] < slots[4]  # paging holds what requests use; sharing stores the prompt once
+    assert (
+        slots[4] < 1024 / 2 and slots[5] < slots[4]
+    )  # paging holds what requests use; sharing stores the prompt once
     batches = [r.mean_batch for r in runs]
     assert batches[0] < batches[1] < batches[2] < batches[3]
     prefilled = [r.steps["prefill_tokens"].sum() for r in runs]
-    assert prefilled[5] < prefilled[4] - 0.8 * 64 * len(requests)  # the system prompt is prefilled a few times, not 300
+    assert prefilled[5] < prefilled[4] - 0.8 * 64 * len(
+        requests
+    )  # the system prompt is prefilled a few times, not 300
     rows = lv.chain_table(chain, runs, 1024, SMALL_GPU)
     assert [r["step"] for r in rows] == list(range(6)) and rows[0]["x baseline"] == 1.0
-    assert rows[3]["max batch at 1,024"] == lv.max_batch(chain[3], 1024, SMALL_GPU)
+    assert rows[3]["max batch at 1,024"] == lv.variant_max_batch(chain[3], 1024, SMALL_GPU)
     assert all(0 < r["budget allocated (%)"] <= 100 for r in rows)
-    fig = lv.draw_chain(rows, 1024, max_num_seqs=256)
+    fig = draw_chain(rows, 1024, max_num_seqs=256)
     assert len(fig.axes[0].lines) == 6  # five quantities and the cap

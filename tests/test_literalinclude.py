@@ -16,7 +16,9 @@ PAGES = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "book").glob("*
 
 def _includes(page):
     if page.suffix == ".ipynb":
-        text = "\n".join(c.source for c in nbformat.read(page, as_version=4).cells if c.cell_type == "markdown")
+        text = "\n".join(
+            c.source for c in nbformat.read(page, as_version=4).cells if c.cell_type == "markdown"
+        )
     else:
         text = page.read_text(encoding="utf-8")
     for match in INCLUDE.finditer(text + "\n"):
@@ -27,7 +29,11 @@ def _includes(page):
 def _defines(path, dotted: str) -> bool:
     body = ast.parse(path.read_text(encoding="utf-8")).body
     for part in dotted.split("."):
-        found = [n for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.name == part]
+        found = [
+            n
+            for n in body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.name == part
+        ]
         if not found:
             return False
         body = found[0].body
@@ -40,7 +46,9 @@ def test_every_literalinclude_resolves(page):
         path = (page.parent / target).resolve()
         assert path.is_file(), f"{page.name} includes {target}, which does not exist"
         if pyobject:
-            assert _defines(path, pyobject), f"{page.name} includes {pyobject} from {target}, which does not define it"
+            assert _defines(path, pyobject), (
+                f"{page.name} includes {pyobject} from {target}, which does not define it"
+            )
 
 
 def test_the_checker_sees_the_includes():

@@ -2,8 +2,9 @@ import pytest
 import torch
 
 from kvlib import KVLibError
-from kvlib.generate import generate
-from kvlib.model import ModelConfig, TinyLlama
+from kvlib.cache.generation import generate
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
 
 # Float32 on the CPU: the three paths do the same arithmetic in different groupings,
 # so their logits agree to rounding error (observed ~1e-6); 1e-4 leaves a wide margin.

@@ -4,19 +4,28 @@ import numpy as np
 import pytest
 import torch
 
-import kvlib.nocache as nocache
-from tests.single_thread import one_torch_thread  # noqa: F401
+import kvlib.cache.nocache_race as nocache
 from kvlib import KVLibError
-from kvlib.cache import concat_bytes_copied, kv_bytes_per_token
-from kvlib.model import ModelConfig, TinyLlama
-from kvlib.measure import torch_threads
-from kvlib.measure import dram_bytes
-from kvlib.nocache import (
-    Race, concat_trap, estimated_total_s, fastest_nearby, filled_cache, nocache_setup, race, speedup_table,
-    time_passes, trap_lengths,
+from kvlib.cache.concat_trap import concat_trap, filled_cache, trap_lengths
+from kvlib.cache.contiguous import concat_bytes_copied, kv_bytes_per_token
+from kvlib.cache.nocache_race import (
+    Race,
+    estimated_total_s,
+    fastest_nearby,
+    nocache_setup,
+    race,
+    speedup_table,
+    time_passes,
 )
+from kvlib.measure.hardware import dram_bytes
+from kvlib.measure.timing import torch_threads
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from tests.single_thread import one_torch_thread  # noqa: F401
 
-TINY = ModelConfig(vocab_size=61, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=256)
+TINY = ModelConfig(
+    vocab_size=61, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=256
+)
 
 
 def test_race_runs_every_mode_to_the_same_tokens():
@@ -37,7 +46,10 @@ def test_race_runs_every_mode_to_the_same_tokens():
 def test_concat_trap_times_both_caches_and_counts_the_copy():
     points = concat_trap(TINY, batch=2, lengths=(16, 64), repeats=2, number=2)
     assert [p.length for p in points] == [16, 64]
-    assert [p.bytes_copied for p in points] == [2 * 17 * kv_bytes_per_token(TINY), 2 * 65 * kv_bytes_per_token(TINY)]
+    assert [p.bytes_copied for p in points] == [
+        2 * 17 * kv_bytes_per_token(TINY),
+        2 * 65 * kv_bytes_per_token(TINY),
+    ]
     assert all(p.preallocated.median_s > 0 and p.ratio > 0 for p in points)
 
 
@@ -51,10 +63,21 @@ def test_filled_caches_hold_the_tokens_without_copying():
 
 
 def test_race_totals_and_speedups():
-    result = Race(("none", "cache"), {"none": np.array([1.0, 2.0, 3.0]), "cache": np.array([1.0, 1.0, 1.0])}, {}, {}, 1.0)
+    result = Race(
+        ("none", "cache"),
+        {"none": np.array([1.0, 2.0, 3.0]), "cache": np.array([1.0, 1.0, 1.0])},
+        {},
+        {},
+        1.0,
+    )
     assert result.total_s("none", 2) == 3.0
     assert result.speedup(3) == 2.0
-    assert speedup_table(result, [1, 3])[1] == {"tokens": 3, "none (s)": 6.0, "cache (s)": 3.0, "speedup": 2.0}
+    assert speedup_table(result, [1, 3])[1] == {
+        "tokens": 3,
+        "none (s)": 6.0,
+        "cache (s)": 3.0,
+        "speedup": 2.0,
+    }
     with pytest.raises(KVLibError, match="between 1 and 3"):
         result.total_s("none", 4)
 
@@ -75,7 +98,9 @@ def test_passes_are_timed_and_interpolated():
         time_passes(model, torch.zeros(1, 50, dtype=torch.long), [60])
     steps = np.array([1.0] * 10)  # 10 measured steps of 1 s, then passes timed at 20 (3 s) and 30 (5 s)
     assert estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 10) == 10.0
-    assert estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 20) == pytest.approx(10 + sum(1 + 0.2 * i for i in range(1, 11)))
+    assert estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 20) == pytest.approx(
+        10 + sum(1 + 0.2 * i for i in range(1, 11))
+    )
     with pytest.raises(KVLibError, match="reach 40"):
         estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 40)
 
@@ -88,7 +113,9 @@ def test_setups_are_consistent(device, monkeypatch):
     setup = nocache_setup(device)
     assert setup.device.type == device
     assert setup.claim_length in setup.lengths and setup.claim_length <= setup.race_length
-    assert 1.0 < setup.claim_speedup < 6.0  # a sanity floor: above a cache that saves nothing, below the article's 6.0x
+    assert (
+        1.0 < setup.claim_speedup < 6.0
+    )  # a sanity floor: above a cache that saves nothing, below the article's 6.0x
     assert setup.longest < setup.config.max_seq_len
     assert setup.hf_length <= setup.race_length
     assert all(n <= setup.race_length or n <= max(setup.pass_lengths) for n in setup.lengths)
@@ -96,13 +123,15 @@ def test_setups_are_consistent(device, monkeypatch):
 
 
 def test_gpu_batch_grows_with_launch_overhead_and_matmul_rate():
-    from kvlib.costmodel import forward_flops
+    from kvlib.cache.costmodel import forward_flops
 
     per_sequence = sum(forward_flops(nocache.GPU_CONFIG, 100, 100).values())  # 17.9 GFLOP at 100 tokens
     # 2,000 launches of 5 us at 50 TFLOP/s: 500 GFLOP of arithmetic, 28 sequences, rounded up to 32
     assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 5e-6, 5e13) == 32
     assert 16 * per_sequence < 2000 * 5e-6 * 5e13 <= 32 * per_sequence
-    assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 5e-6, 1e14) == 64  # a faster GPU needs more work per pass
+    assert (
+        nocache.gpu_batch(nocache.GPU_CONFIG, 100, 5e-6, 1e14) == 64
+    )  # a faster GPU needs more work per pass
     assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 1e-9, 1e9) == 1
     assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 1.0, 1e15) == nocache.GPU_MAX_BATCH
     with pytest.raises(KVLibError, match="positive"):
@@ -122,7 +151,9 @@ def test_trap_lengths_reach_dram_from_the_llc(monkeypatch, llc):
     assert lengths[-1] * per_position >= dram_bytes("cpu") > lengths[-2] * per_position
     if llc == "64MiB":
         assert lengths[-1] == 262144  # 512 MiB of 2 KiB positions: the first of 256 x 4^k past 256 MiB
-    assert trap_lengths(TINY, 2, "cpu", start=8, factor=2)[-1] * 2 * kv_bytes_per_token(TINY) >= dram_bytes("cpu")
+    assert trap_lengths(TINY, 2, "cpu", start=8, factor=2)[-1] * 2 * kv_bytes_per_token(TINY) >= dram_bytes(
+        "cpu"
+    )
 
 
 def test_fastest_nearby_removes_bursts_of_load():
@@ -134,10 +165,19 @@ def test_fastest_nearby_removes_bursts_of_load():
 
 
 def test_a_steady_race_keeps_its_tokens():
-    result = Race(("none", "cache"), {"none": np.array([1.0, 5.0, 3.0]), "cache": np.array([2.0, 1.0, 9.0])},
-                  {"none": torch.zeros(1, 4), "cache": torch.zeros(1, 4)}, {}, 1.0)
+    result = Race(
+        ("none", "cache"),
+        {"none": np.array([1.0, 5.0, 3.0]), "cache": np.array([2.0, 1.0, 9.0])},
+        {"none": torch.zeros(1, 4), "cache": torch.zeros(1, 4)},
+        {},
+        1.0,
+    )
     steady = result.steady(3)
-    assert steady.step_s["none"].tolist() == [1.0, 1.0, 3.0] and steady.step_s["cache"].tolist() == [1.0, 1.0, 1.0]
+    assert steady.step_s["none"].tolist() == [1.0, 1.0, 3.0] and steady.step_s["cache"].tolist() == [
+        1.0,
+        1.0,
+        1.0,
+    ]
     assert steady.tokens is result.tokens and result.step_s["none"].tolist() == [1.0, 5.0, 3.0]
 
 
@@ -150,9 +190,19 @@ def test_cpu_setup_runs_on_one_thread():
 
 
 def test_bench_reports_the_chapter_fields(monkeypatch):
-    tiny = nocache.NoCacheSetup(torch.device("cpu"), TINY, batch=1, race_length=16, pass_lengths=(), lengths=(8, 16),
-                                claim_length=16, claim_speedup=3.0, hf_length=5, threads=1,
-                                tokens_must_match=True)
+    tiny = nocache.NoCacheSetup(
+        torch.device("cpu"),
+        TINY,
+        batch=1,
+        race_length=16,
+        pass_lengths=(),
+        lengths=(8, 16),
+        claim_length=16,
+        claim_speedup=3.0,
+        hf_length=5,
+        threads=1,
+        tokens_must_match=True,
+    )
     monkeypatch.setattr(nocache, "nocache_setup", lambda device=None: tiny)
     fields = nocache.bench(lengths=(8, 16))  # the CLI's bench() races 800 tokens of the chapter's model
     assert set(fields) == {"cache_speedup_8", "cache_speedup_16", "hf_tokens_per_s_ratio", "tokens_identical"}

@@ -24,7 +24,9 @@ def test_every_book_notebook_is_in_the_toc():
 
 def test_every_toc_entry_exists():
     for entry in toc_files():
-        assert any((ROOT / f"{entry}{suffix}").exists() for suffix in (".ipynb", ".md")), f"_toc.yml lists missing {entry}"
+        assert any((ROOT / f"{entry}{suffix}").exists() for suffix in (".ipynb", ".md")), (
+            f"_toc.yml lists missing {entry}"
+        )
 
 
 # ---- the checker itself must catch each problem
@@ -45,12 +47,31 @@ def _cell(source, count, outputs=()):
 
 
 def test_checker_accepts_a_clean_notebook(tmp_path):
-    path = _notebook(tmp_path, [_cell("1", 1, [{"output_type": "execute_result", "data": {"text/plain": "1"}, "metadata": {}, "execution_count": 1}]), _cell("2", 2)])
+    path = _notebook(
+        tmp_path,
+        [
+            _cell(
+                "1",
+                1,
+                [
+                    {
+                        "output_type": "execute_result",
+                        "data": {"text/plain": "1"},
+                        "metadata": {},
+                        "execution_count": 1,
+                    }
+                ],
+            ),
+            _cell("2", 2),
+        ],
+    )
     assert hygiene_problems(path) == []
 
 
 def test_checker_catches_unexecuted_cells(tmp_path):
-    assert "no stored execution" in " ".join(hygiene_problems(_notebook(tmp_path, [_cell("1", 1), _cell("2", None)])))
+    assert "no stored execution" in " ".join(
+        hygiene_problems(_notebook(tmp_path, [_cell("1", 1), _cell("2", None)]))
+    )
 
 
 def test_checker_catches_out_of_order_cells(tmp_path):
@@ -63,7 +84,16 @@ def test_checker_catches_stored_errors(tmp_path):
     assert "ValueError" in " ".join(hygiene_problems(_notebook(tmp_path, [_cell("raise", 1, [error])])))
 
 
-@pytest.mark.parametrize("text", ["/home/alice/kvbook/x.py", "/work/main/book", "/tmp/tmpab12/f", "C:\\Users\\bob\\x", "/usr/lib/python3/site-packages/torch"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "/home/alice/kvbook/x.py",
+        "/work/main/book",
+        "/tmp/tmpab12/f",
+        "C:\\Users\\bob\\x",
+        "/usr/lib/python3/site-packages/torch",
+    ],
+)
 def test_checker_catches_machine_paths(tmp_path, text):
     stream = {"output_type": "stream", "name": "stdout", "text": f"warning in {text}\n"}
     assert "local path" in " ".join(hygiene_problems(_notebook(tmp_path, [_cell("print()", 1, [stream])])))
@@ -72,28 +102,34 @@ def test_checker_catches_machine_paths(tmp_path, text):
 # ---- every assertion says what kind of claim it is
 
 
-@pytest.mark.parametrize("source", [
-    "assert x == 3  # [exact] three blocks",
-    "# [exact]\nassert x == 3",
-    "# [guaranteed] reading 4x the bytes from DRAM takes 4x the time, give or take noise\nassert 2 < r < 8",
-    "# [sanity] catches a probe that returns zero\n# (second line of the comment)\nassert r > 0",
-    "for i in range(3):\n    # [exact] one per step\n    assert i < 3",
-    "%time x = 1\n# [exact] a magic line is skipped\nassert x == 1",
-    "y = 1\n\nprint('no assertion here')",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "assert x == 3  # [exact] three blocks",
+        "# [exact]\nassert x == 3",
+        "# [guaranteed] reading 4x the bytes from DRAM takes 4x the time, give or take noise\nassert 2 < r < 8",
+        "# [sanity] catches a probe that returns zero\n# (second line of the comment)\nassert r > 0",
+        "for i in range(3):\n    # [exact] one per step\n    assert i < 3",
+        "%time x = 1\n# [exact] a magic line is skipped\nassert x == 1",
+        "y = 1\n\nprint('no assertion here')",
+    ],
+)
 def test_classified_assertions_pass(source):
     assert unclassified_assertions(source) == []
 
 
-@pytest.mark.parametrize("source, problem", [
-    ("assert x == 3", "has no [exact]"),
-    ("assert r < 8  # a wide margin", "has no [exact]"),
-    ("# [guaranteed] it holds\nassert r < 8", "without its argument"),
-    ("# [sanity]\nassert r > 0", "without its argument"),
-    ("# [exact] covers the first only\nassert a == 1\nassert b == 2", "line 3"),
-    ("# [exact] a blank line breaks the block\n\nassert a == 1", "has no"),
-    ("if ok:\n    assert (\n        a == 1\n    )", "line 2"),
-])
+@pytest.mark.parametrize(
+    "source, problem",
+    [
+        ("assert x == 3", "has no [exact]"),
+        ("assert r < 8  # a wide margin", "has no [exact]"),
+        ("# [guaranteed] it holds\nassert r < 8", "without its argument"),
+        ("# [sanity]\nassert r > 0", "without its argument"),
+        ("# [exact] covers the first only\nassert a == 1\nassert b == 2", "line 3"),
+        ("# [exact] a blank line breaks the block\n\nassert a == 1", "has no"),
+        ("if ok:\n    assert (\n        a == 1\n    )", "line 2"),
+    ],
+)
 def test_unclassified_assertions_are_caught(source, problem):
     found = unclassified_assertions(source)
     assert len(found) == 1 and problem in found[0], found

@@ -3,8 +3,8 @@
 import pytest
 
 from kvlib import KVLibError
-from kvlib.paged import BlockManager, hash_block_tokens
-from kvlib.paged_pool import BlockPool
+from kvlib.paged.block_manager import BlockManager
+from kvlib.paged.block_pool import BlockPool, hash_block_tokens
 
 
 def tokens(n, start=0):

@@ -5,17 +5,20 @@ kvlib.paged_measure)."""
 import pytest
 import torch
 
-from kvlib import KVLibError, paged_measure
-from kvlib.generate import generate
-from kvlib.model import ModelConfig, TinyLlama
-from kvlib.paged_attention import PagedKVCache, decode_branches, generate_paged
-from kvlib.paged_measure import (
+from kvlib import KVLibError
+from kvlib.cache.generation import generate
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from kvlib.paged import kernel_overhead as paged_measure
+from kvlib.paged.generation import decode_branches, generate_paged
+from kvlib.paged.kernel_overhead import (
     KernelSizes,
     paged_vs_contiguous_error,
     random_decode_case,
-    reservation_waste,
     time_decode_attention,
 )
+from kvlib.paged.paged_cache import PagedKVCache
+from kvlib.paged.memory_waste import reservation_waste
 
 # float32: paged and contiguous attention add the same products over different numbers of
 # (masked) keys, so they differ by rounding only (observed < 1e-6).
@@ -38,7 +41,9 @@ def contiguous_tokens(model, prompt, num_new):
 def test_paged_attention_equals_contiguous(block_size, heads, num_new):
     # lengths chosen so that most last blocks are partial, and one sequence is one token long
     lengths = [1, 17, 70, 33] if num_new == 1 else [4, 17, 70, 33]
-    case = random_decode_case(lengths, block_size, heads[0], heads[1], head_dim=16, num_new=num_new, seed=block_size)
+    case = random_decode_case(
+        lengths, block_size, heads[0], heads[1], head_dim=16, num_new=num_new, seed=block_size
+    )
     assert paged_vs_contiguous_error(case) < ATOL
 
 
@@ -142,24 +147,32 @@ def test_decode_timing_rows_have_all_three_times():
     rows = time_decode_attention(block_sizes=(4, 8), sizes=sizes, device="cpu", rounds=1)
     assert torch.get_num_threads() == threads  # the one-thread timing restores the setting
     assert [(r["length"], r["block_size"]) for r in rows] == [(32, 4), (32, 8)]
-    assert all(r["kv_bytes"] == 2 * 2 * 2 * 32 * 8 * 4 for r in rows)  # K and V, batch, kv heads, tokens, width, fp32
+    assert all(
+        r["kv_bytes"] == 2 * 2 * 2 * 32 * 8 * 4 for r in rows
+    )  # K and V, batch, kv heads, tokens, width, fp32
     assert all(r["contiguous_ms"] > 0 and r["gather_ms"] > 0 and r["paged_ms"] > 0 for r in rows)
     # one round: the round's ratios are those of the only (so fastest) samples
     assert all(r["ratio"] == pytest.approx(r["paged_ms"] / r["contiguous_ms"]) for r in rows)
-    assert all(r["sum_ratio"] == pytest.approx(r["paged_ms"] / (r["gather_ms"] + r["contiguous_ms"])) for r in rows)
+    assert all(
+        r["sum_ratio"] == pytest.approx(r["paged_ms"] / (r["gather_ms"] + r["contiguous_ms"])) for r in rows
+    )
     assert all(r["gather_ratio"] == pytest.approx(r["gather_ms"] / r["contiguous_ms"]) for r in rows)
 
 
 def test_timing_case_stores_the_same_kv_contiguously_and_in_blocks():
     sizes = KernelSizes(batch=3, num_heads=4, num_kv_heads=2, head_dim=8, lengths=(32,), dtype=torch.float32)
-    q, k_cache, v_cache, tables, seq_lens, k, v = paged_measure.timing_case(32, 8, sizes, seed=1, device="cpu")
+    q, k_cache, v_cache, tables, seq_lens, k, v = paged_measure.timing_case(
+        32, 8, sizes, seed=1, device="cpu"
+    )
     assert k_cache.shape == (3 * 4, 8, 2, 8) and k.shape == (3, 32, 2, 8) and tables.shape == (3, 4)
     assert sorted(tables.flatten().tolist()) == list(range(12))  # every block used once, shuffled
     assert tables.flatten().tolist() != list(range(12))
     for seq in range(3):
         for pos in (0, 9, 31):
             block, offset = tables[seq, pos // 8], pos % 8
-            assert torch.equal(k[seq, pos], k_cache[block, offset]) and torch.equal(v[seq, pos], v_cache[block, offset])
+            assert torch.equal(k[seq, pos], k_cache[block, offset]) and torch.equal(
+                v[seq, pos], v_cache[block, offset]
+            )
     assert seq_lens.tolist() == [32, 32, 32] and q.shape == (3, 4, 1, 8)
     # the contiguous kernel of the timing computes what the paged kernel computes
     q5 = q.view(3, 2, 2, 1, 8)
@@ -175,9 +188,12 @@ def test_kernel_sizes_reach_dram_bytes(monkeypatch):
     sizes = paged_measure.kernel_sizes("cpu")
     longest = sizes.lengths[-1]
     assert sizes.lengths == (longest // 16, longest // 4, longest)
-    assert longest & (longest - 1) == 0 and longest >= paged_measure.MIN_LONGEST["cpu"]
+    assert longest & (longest - 1) == 0 and longest >= paged_measure.KERNEL_MIN_LONGEST["cpu"]
     target = paged_measure.dram_bytes("cpu")
-    assert sizes.kv_bytes(longest) >= target > sizes.kv_bytes(longest // 2) or longest == paged_measure.MIN_LONGEST["cpu"]
+    assert (
+        sizes.kv_bytes(longest) >= target > sizes.kv_bytes(longest // 2)
+        or longest == paged_measure.KERNEL_MIN_LONGEST["cpu"]
+    )
     if target == 4 * 256 * 2**20:  # not capped by this machine's memory
         assert longest == 131072  # 1 GiB of K+V at 8 KiB per token
 
@@ -192,7 +208,7 @@ def test_chapter_3_figures_draw():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvlib.paged import BlockManager
+    from kvlib.paged.block_manager import BlockManager
     from kvlib.plotting import draw_block_tables, draw_kernel_overhead, draw_memory_waste
 
     manager = BlockManager(num_blocks=6, block_size=4)
@@ -211,14 +227,16 @@ def test_chapter_3_figures_draw():
 
 
 def test_gather_buffer_is_reused_and_gives_the_same_result():
-    from kvlib.paged_attention import GatherBuffer, paged_attention
+    from kvlib.paged.kernels import GatherBuffer, paged_attention
 
     case = random_decode_case([5, 40, 17], 8, 8, 2, head_dim=16, seed=3)
     buffers = (GatherBuffer(), GatherBuffer())
     plain = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
     first = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers)
     memory = buffers[0]._memory
-    second = paged_attention(case.q[:1], case.k_cache, case.v_cache, case.block_tables[:1], case.seq_lens[:1], buffers)
+    second = paged_attention(
+        case.q[:1], case.k_cache, case.v_cache, case.block_tables[:1], case.seq_lens[:1], buffers
+    )
     assert torch.equal(plain, first) and torch.allclose(second, plain[:1], atol=ATOL)
     assert buffers[0]._memory is memory  # a smaller call reuses the memory
     half = buffers[0].view((4, 2), torch.zeros(1, dtype=torch.float16))
@@ -226,7 +244,7 @@ def test_gather_buffer_is_reused_and_gives_the_same_result():
 
 
 def test_paged_attention_rejects_mismatched_shapes():
-    from kvlib.paged_attention import paged_attention
+    from kvlib.paged.kernels import paged_attention
 
     case = random_decode_case([5, 9], 4, 8, 2, head_dim=16)
     with pytest.raises(KVLibError, match="batch sizes differ"):
@@ -238,7 +256,7 @@ def test_paged_attention_rejects_mismatched_shapes():
 
 
 def test_key_mask_is_needed_only_for_several_queries_or_different_lengths():
-    from kvlib.paged_attention import GatherBuffer, key_mask, paged_attention
+    from kvlib.paged.kernels import GatherBuffer, key_mask, paged_attention
 
     same = key_mask(torch.tensor([7, 7, 7]), num_new=1)
     assert same.num_keys == 7 and same.bias is None  # single-token steps over one length: nothing to hide
@@ -252,17 +270,23 @@ def test_key_mask_is_needed_only_for_several_queries_or_different_lengths():
     given = key_mask(case.seq_lens, 3)
     buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())  # a third buffer holds the scores
     plain = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
-    reused = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers, given)
+    reused = paged_attention(
+        case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, buffers, given
+    )
     assert torch.equal(plain, reused)
 
 
 @pytest.mark.parametrize("heads", [(8, 2), (8, 1)], ids=["GQA", "MQA"])
 def test_a_long_prefill_in_chunks_of_queries_equals_contiguous_attention(heads):
-    from kvlib.paged_attention import QUERY_CHUNK
+    from kvlib.paged.kernels import QUERY_CHUNK
 
     num_new = 2 * QUERY_CHUNK + 37  # three chunks, the last one partial
-    case = random_decode_case([num_new, num_new + 90], 16, heads[0], heads[1], head_dim=16, num_new=num_new, seed=7)
+    case = random_decode_case(
+        [num_new, num_new + 90], 16, heads[0], heads[1], head_dim=16, num_new=num_new, seed=7
+    )
     assert paged_vs_contiguous_error(case) < ATOL
     model = TinyLlama(ModelConfig(**{**SMALL, "num_kv_heads": heads[1]}))
     prompts = prompts_of([num_new - 100, 30])  # the first prompt is prefilled in two chunks
-    assert generate_paged(model, prompts, 6, block_size=16).tokens == [contiguous_tokens(model, p, 6) for p in prompts]
+    assert generate_paged(model, prompts, 6, block_size=16).tokens == [
+        contiguous_tokens(model, p, 6) for p in prompts
+    ]

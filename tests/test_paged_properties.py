@@ -26,13 +26,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvlib.attention import grouped_attention
-from kvlib.measure import torch_threads
-from kvlib.model import ModelConfig
-from kvlib.paged_attention import PagedKVCache
-from kvlib.paged_measure import paged_vs_contiguous_error, random_decode_case
+from kvlib.measure.timing import torch_threads
+from kvlib.model.attention import grouped_attention
+from kvlib.model.config import ModelConfig
+from kvlib.paged.kernel_overhead import paged_vs_contiguous_error, random_decode_case
+from kvlib.paged.paged_cache import PagedKVCache
 
-CONFIG = ModelConfig(vocab_size=8, d_model=8, num_layers=2, num_heads=2, num_kv_heads=1, d_ff=8, max_seq_len=64)
+CONFIG = ModelConfig(
+    vocab_size=8, d_model=8, num_layers=2, num_heads=2, num_kv_heads=1, d_ff=8, max_seq_len=64
+)
 TOKENS = st.lists(st.integers(0, 2), min_size=1, max_size=10)
 
 
@@ -80,11 +82,15 @@ class PagedCacheMachine(RuleBasedStateMachine):
         full = [expected_kv(manager.token_ids(s), len(manager.token_ids(s))) for s in seq_ids]
         for layer in range(CONFIG.num_layers):
             q = torch.randn(len(seq_ids), CONFIG.num_heads, num_new, CONFIG.head_dim, generator=self.q_gen)
-            k = torch.stack([kv[0, layer, :, start:] for kv, start in zip(full, starts)])  # (batch, kv_heads, new, head_dim)
+            k = torch.stack(
+                [kv[0, layer, :, start:] for kv, start in zip(full, starts)]
+            )  # (batch, kv_heads, new, head_dim)
             v = torch.stack([kv[1, layer, :, start:] for kv, start in zip(full, starts)])
             out = self.cache.attend(layer, q, k, v)
             for b, kv in enumerate(full):
-                ref = grouped_attention(q[b : b + 1], kv[0, layer][None], kv[1, layer][None], q_start=starts[b])
+                ref = grouped_attention(
+                    q[b : b + 1], kv[0, layer][None], kv[1, layer][None], q_start=starts[b]
+                )
                 assert torch.allclose(out[b : b + 1], ref, atol=1e-5)
         assert all(manager.num_computed(s) == len(manager.token_ids(s)) for s in seq_ids)
 

@@ -1,9 +1,9 @@
 """requirements.txt is the one list of pins; environment.yml (conda, Binder) must agree with it."""
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +35,16 @@ def environment_pins() -> dict[str, str]:
 
 def test_every_requirement_is_pinned_exactly():
     pins = requirement_pins()
-    for name in ("torch", "jupyter-book", "nbval", "numpy", "matplotlib", "ipywidgets", "pytest", "ipykernel"):
+    for name in (
+        "torch",
+        "jupyter-book",
+        "nbval",
+        "numpy",
+        "matplotlib",
+        "ipywidgets",
+        "pytest",
+        "ipykernel",
+    ):
         assert name in pins, f"{name} is missing from requirements.txt"
     assert pins["torch"] == "2.13.0"
     assert pins["jupyter-book"].startswith("1."), "the book is built with Jupyter Book 1.x"
@@ -44,7 +53,9 @@ def test_every_requirement_is_pinned_exactly():
 
 def test_environment_yml_installs_the_same_pins():
     req, env = requirement_pins(), environment_pins()
-    assert set(env) == set(req), f"only in requirements.txt: {set(req) - set(env)}; only in environment.yml: {set(env) - set(req)}"
+    assert set(env) == set(req), (
+        f"only in requirements.txt: {set(req) - set(env)}; only in environment.yml: {set(env) - set(req)}"
+    )
     drift = {name: (req[name], env[name]) for name in req if req[name] != env[name]}
     assert not drift, f"versions differ (requirements.txt, environment.yml): {drift}"
 

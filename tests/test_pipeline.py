@@ -32,23 +32,41 @@ def _write_nb(path: Path, cells) -> Path:
 
 
 def _nbval(path: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(path.parent),
-           "--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(SANITIZE), str(path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(path.parent),
+        "--nbval",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        str(SANITIZE),
+        str(path),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=path.parent, timeout=300)
 
 
 def test_nbval_passes_a_good_notebook_with_volatile_times(tmp_path):
-    nb = _write_nb(tmp_path / "good.ipynb", [
-        ("print(6 * 7)", "42\n"),
-        ("print('took 0.123 s')", "took 9.999 s\n"),  # sanitized: durations differ
-        ("# NBVAL_IGNORE_OUTPUT\nimport random; print(random.random())", "0.5\n"),
-    ])
+    nb = _write_nb(
+        tmp_path / "good.ipynb",
+        [
+            ("print(6 * 7)", "42\n"),
+            ("print('took 0.123 s')", "took 9.999 s\n"),  # sanitized: durations differ
+            ("# NBVAL_IGNORE_OUTPUT\nimport random; print(random.random())", "0.5\n"),
+        ],
+    )
     result = _nbval(nb)
     assert result.returncode == 0, result.stdout
 
 
 def test_nbval_fails_when_a_cell_raises(tmp_path):
-    result = _nbval(_write_nb(tmp_path / "raises.ipynb", [("assert 1 + 1 == 3, 'claim does not hold'", None)]))
+    result = _nbval(
+        _write_nb(tmp_path / "raises.ipynb", [("assert 1 + 1 == 3, 'claim does not hold'", None)])
+    )
     assert result.returncode != 0
     assert "claim does not hold" in result.stdout
 
@@ -66,12 +84,18 @@ def _tiny_book(tmp_path: Path, markdown: str, code: str) -> subprocess.Completed
         (tmp_path / bib).write_text((ROOT / bib).read_text())
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: page\n")
     (tmp_path / "intro.md").write_text("# Intro\n\nA tiny book.\n")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# Page\n\n{markdown}"), nbformat.v4.new_code_cell(code)])
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_markdown_cell(f"# Page\n\n{markdown}"), nbformat.v4.new_code_cell(code)]
+    )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "page.ipynb")
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    return subprocess.run([str(jupyter_book), "build", str(tmp_path), "-W", "-n", "--keep-going"],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(jupyter_book), "build", str(tmp_path), "-W", "-n", "--keep-going"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.parametrize(

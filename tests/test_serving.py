@@ -10,21 +10,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlib import KVLibError
-from kvlib.paged import BlockManager
-from kvlib.placement import (
-    CATEGORIES,
+from kvlib.paged.block_manager import BlockManager
+from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator
+from kvlib.serving.placement import (
     POLICIES,
     BlockCounter,
-    BuddyAllocator,
-    ContiguousAllocator,
     PagedMemory,
     ReservedMemory,
     make_memory,
     reservation_slots,
 )
-from kvlib.serving import STEP_FIELDS, Scheduler, SchedulerConfig, SeqState
-from kvlib.simulator import StepTimeModel, fit_step_time, simulate
-from kvlib.traces import SHAREGPT, Request, TraceSpec, make_trace
+from kvlib.serving.scheduler import Scheduler, SchedulerConfig
+from kvlib.serving.simulator import simulate
+from kvlib.serving.step_time import StepTimeModel, fit_step_time
+from kvlib.serving.traces import SHAREGPT, Request, TraceSpec, make_trace
+from kvlib.serving.types import CATEGORIES, STEP_FIELDS, SeqState
 
 UNIT = StepTimeModel(1.0, 0.0, 0.0, 0.0)
 
@@ -39,9 +39,15 @@ def request(req_id, prompt_len, output_len, arrival=0.0):
 def test_reservations_of_each_policy():
     r = request(0, 300, 300)
     assert [reservation_slots(p, r, 2048) for p in ("max", "pow2", "oracle")] == [2048, 300 + 512, 600]
-    assert reservation_slots("pow2", request(0, 40, 25), 2048) == 40 + 32  # the paper's example: 25 output tokens get 32
-    assert reservation_slots("pow2", request(0, 100, 256), 2048) == 356  # an exact power of two is not doubled
-    assert reservation_slots("pow2", request(0, 1500, 540), 2048) == 2048  # 1,500 + 1,024, capped at the maximum length
+    assert (
+        reservation_slots("pow2", request(0, 40, 25), 2048) == 40 + 32
+    )  # the paper's example: 25 output tokens get 32
+    assert (
+        reservation_slots("pow2", request(0, 100, 256), 2048) == 356
+    )  # an exact power of two is not doubled
+    assert (
+        reservation_slots("pow2", request(0, 1500, 540), 2048) == 2048
+    )  # 1,500 + 1,024, capped at the maximum length
     with pytest.raises(KVLibError, match="unknown reservation policy"):
         reservation_slots("paged", r, 2048)
 
@@ -73,7 +79,9 @@ def test_allocator_never_overlaps_and_keeps_gaps_merged(ops):
         used = sorted(placed)
         assert all(s1 + n1 <= s2 for (s1, n1), (s2, _) in zip(used, used[1:]))  # reservations never overlap
         assert alloc.num_free == 200 - sum(n for _, n in placed)
-        assert all(s1 + n1 < s2 for (s1, n1), (s2, _) in zip(alloc.gaps, alloc.gaps[1:]))  # sorted, never adjacent
+        assert all(
+            s1 + n1 < s2 for (s1, n1), (s2, _) in zip(alloc.gaps, alloc.gaps[1:])
+        )  # sorted, never adjacent
         for start, size in placed:
             assert all(start + size <= g or g + n <= start for g, n in alloc.gaps)
 
@@ -138,7 +146,9 @@ def test_buddy_blocks_never_overlap_and_stay_aligned(num_slots, ops):
         assert alloc.num_free == num_slots - sum(block for _, block, _ in placed)
     for start, _, size in placed:
         alloc.free(start, size)
-    assert alloc.num_free == num_slots and alloc.largest_gap == 1 << (num_slots.bit_length() - 1)  # merged back
+    assert alloc.num_free == num_slots and alloc.largest_gap == 1 << (
+        num_slots.bit_length() - 1
+    )  # merged back
 
 
 def test_the_buddy_allocator_rounds_reservations_into_internal_fragmentation():
@@ -238,7 +248,9 @@ def test_the_youngest_request_is_preempted_and_resumes_first():
 
 def test_step_limits_are_respected():
     requests = [request(i, 100, 3) for i in range(40)]
-    result = run_all(requests, "paged", 16 * 1000, config=SchedulerConfig(max_num_seqs=8, max_prefill_tokens=250))
+    result = run_all(
+        requests, "paged", 16 * 1000, config=SchedulerConfig(max_num_seqs=8, max_prefill_tokens=250)
+    )
     assert result.max_batch <= 8
     assert result.steps["prefill_tokens"].max() <= 250
 
@@ -282,8 +294,12 @@ def test_step_time_fit_recovers_known_constants_and_drops_negative_terms():
     n, ctx, pre = rng.integers(1, 64, 30), rng.integers(0, 16000, 30), rng.integers(0, 512, 30)
     seconds = 0.003 + 2e-5 * n + 2e-7 * ctx + 3e-5 * pre
     fit = fit_step_time(n, ctx, pre, seconds)
-    assert (fit.fixed_s, fit.per_seq_s, fit.per_context_s, fit.per_prefill_s) == pytest.approx((0.003, 2e-5, 2e-7, 3e-5), rel=1e-6)
-    shrinking = 0.003 - 1e-6 * n + 2e-7 * ctx + 3e-5 * pre + 2e-5  # "faster with more sequences": no such thing
+    assert (fit.fixed_s, fit.per_seq_s, fit.per_context_s, fit.per_prefill_s) == pytest.approx(
+        (0.003, 2e-5, 2e-7, 3e-5), rel=1e-6
+    )
+    shrinking = (
+        0.003 - 1e-6 * n + 2e-7 * ctx + 3e-5 * pre + 2e-5
+    )  # "faster with more sequences": no such thing
     assert fit_step_time(n, ctx, pre, shrinking).per_seq_s == 0
     with pytest.raises(KVLibError, match="at least 4"):
         fit_step_time([1, 2], [0, 0], [0, 0], [0.1, 0.2])
@@ -294,7 +310,9 @@ def test_blocks_short_counts_prefix_cache_hits():
     manager = BlockManager(num_blocks=10, block_size=4)
     manager.allocate(0, list(range(12)))  # 3 blocks
     manager.mark_computed(0)
-    assert manager.num_blocks_short(list(range(12)) + [50, 51]) == 1 - 7  # 3 cached blocks hit: 1 new block of 7 free
+    assert (
+        manager.num_blocks_short(list(range(12)) + [50, 51]) == 1 - 7
+    )  # 3 cached blocks hit: 1 new block of 7 free
     assert manager.num_blocks_short([99] * 40) == 10 - 7
     memory = PagedMemory(manager, max_len=16, watermark=0.0)
     assert memory.admit(seq_state(request(1, 14, 1))) == 12  # its prompt is range(14): three cached blocks
@@ -303,6 +321,9 @@ def test_blocks_short_counts_prefix_cache_hits():
 def test_prefix_caching_stores_a_shared_system_prompt_once():
     system = tuple(range(64))  # 4 blocks of 16 in front of every prompt
     requests = make_trace(TraceSpec("short", 8, 8, max_len=256), 40, math.inf, seed=1, system_prompt=system)
-    runs = {caching: simulate(requests, "paged", 512, UNIT, 256, enable_prefix_caching=caching) for caching in (False, True)}
+    runs = {
+        caching: simulate(requests, "paged", 512, UNIT, 256, enable_prefix_caching=caching)
+        for caching in (False, True)
+    }
     assert runs[False].stored_per_held == pytest.approx(1.0, abs=0.02)  # unshared: every held token is stored
     assert runs[True].stored_per_held < 0.5  # the 64 shared tokens are stored once, not once per request

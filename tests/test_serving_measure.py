@@ -5,29 +5,32 @@ import math
 
 import pytest
 
-from kvlib import KVLibError
-from kvlib import serving_measure as sm
-from kvlib.simulator import StepTimeModel
-from kvlib.sizing import GiB
-from kvlib.traces import SHAREGPT, make_trace
+from kvlib import KVLibError, gpus
+from kvlib.serving import gpu_model as gm
+from kvlib.serving import policy_comparison as sm
+from kvlib.serving.step_time import StepTimeModel
+from kvlib.serving.traces import SHAREGPT, make_trace
+from kvlib.units import GiB
 
 UNIT = StepTimeModel(1.0, 0.0, 0.0, 0.0)
 
 
 def test_opt_13b_on_an_a100_leaves_987_blocks_of_16():
-    budget = sm.kv_budget("OPT-13B")
+    budget = gm.kv_budget("OPT-13B")
     assert budget.bytes_per_token == 819_200 and budget.weight_bytes == 2 * 12_853_473_280
     assert budget.kv_bytes == int(0.9 * 40 * GiB) - budget.weight_bytes
     assert budget.num_blocks == budget.kv_bytes // (819_200 * 16) == 987
     assert budget.num_slots // 2048 == 7
     with pytest.raises(KVLibError, match="no room"):
-        sm.kv_budget("Llama-2-70B")
+        gm.kv_budget("Llama-2-70B")
 
 
 def test_the_roofline_step_reads_weights_and_cache_and_computes_each_token_at_the_a100s_peaks():
-    step = sm.roofline_step_model("OPT-13B")
+    step = gm.roofline_step_model("OPT-13B")
     assert step.fixed_s == pytest.approx(2 * 12_853_473_280 / 1.555e12)  # 25.7 GB of fp16 weights: 16.53 ms
-    assert step.per_seq_s == pytest.approx(2 * 12_853_473_280 / 312e12)  # 2 FLOPs per parameter per token: 82.4 µs
+    assert step.per_seq_s == pytest.approx(
+        2 * 12_853_473_280 / 312e12
+    )  # 2 FLOPs per parameter per token: 82.4 µs
     assert step.per_context_s == pytest.approx(819_200 / 1.555e12)  # 0.527 µs per cached token
     assert step.per_prefill_s == step.per_seq_s
     # paged's operating point in chapter 4: 16.53 / (16.53 + 30 x 0.0824 + 15,000 x 0.000527) ms = 16.53 / 26.91
@@ -35,18 +38,20 @@ def test_the_roofline_step_reads_weights_and_cache_and_computes_each_token_at_th
 
 
 def test_the_roofline_adds_the_state_per_sequence_and_names_bad_input():
-    plain = sm.roofline_step(1_000_000_000, 1000)
-    with_state = sm.roofline_step(1_000_000_000, 1000, state_bytes=1_555_000)
-    assert with_state.per_seq_s - plain.per_seq_s == pytest.approx(2 * 1_555_000 / 1.555e12)  # read + write: 2 µs
+    plain = gm.roofline_step(1_000_000_000, 1000)
+    with_state = gm.roofline_step(1_000_000_000, 1000, state_bytes=1_555_000)
+    assert with_state.per_seq_s - plain.per_seq_s == pytest.approx(
+        2 * 1_555_000 / 1.555e12
+    )  # read + write: 2 µs
     assert (with_state.fixed_s, with_state.per_context_s) == (plain.fixed_s, plain.per_context_s)
-    gpu = sm.GPU("half an A100", sm.A100_BYTES, sm.A100_BANDWIDTH / 2, sm.A100_FP16_FLOPS / 2)
-    slow = sm.roofline_step(1_000_000_000, 1000, gpu=gpu)
+    gpu = gpus.GPU("half an A100", gpus.A100_BYTES, gpus.A100_BANDWIDTH / 2, gpus.A100_FP16_FLOPS / 2)
+    slow = gm.roofline_step(1_000_000_000, 1000, gpu=gpu)
     for term in ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s"):
         assert getattr(slow, term) == pytest.approx(2 * getattr(plain, term))
     with pytest.raises(KVLibError, match="state_bytes"):
-        sm.roofline_step(1_000_000_000, 1000, state_bytes=-1)
+        gm.roofline_step(1_000_000_000, 1000, state_bytes=-1)
     with pytest.raises(KVLibError, match="bytes_per_token"):
-        sm.roofline_step(1_000_000_000, 0)
+        gm.roofline_step(1_000_000_000, 0)
 
 
 def test_with_fixed_share_scales_only_the_batch_dependent_costs():
@@ -64,14 +69,16 @@ def test_with_fixed_share_scales_only_the_batch_dependent_costs():
 @pytest.fixture(scope="module")
 def runs():
     requests = make_trace(SHAREGPT, 150, math.inf, seed=0)
-    return sm.serve_policies(requests, sm.kv_budget().num_slots, UNIT, SHAREGPT.max_len, progress=False)
+    return sm.serve_policies(requests, gm.kv_budget().num_slots, UNIT, SHAREGPT.max_len, progress=False)
 
 
 def test_memory_table_and_ratios(runs):
     rows = {r["policy"]: r for r in sm.memory_table(runs)}
     assert set(rows) == {"max", "pow2", "oracle", "paged"}
     for row in rows.values():
-        assert sum(row[f"{c} (%)"] for c in ("tokens", "reserved", "internal", "external", "free")) == pytest.approx(100)
+        assert sum(
+            row[f"{c} (%)"] for c in ("tokens", "reserved", "internal", "external", "free")
+        ) == pytest.approx(100)
     assert rows["paged"]["paper: tokens (%)"] == 96.3
     flat = sm.ratios(runs)  # one time unit per step: throughput follows tokens per step
     assert flat["max"] > flat["pow2"] > 1 and flat["oracle"] > 1
@@ -96,8 +103,15 @@ def test_share_needed_interpolates_on_the_curve():
 
 def test_a_higher_watermark_preempts_less_and_holds_fewer_tokens(runs):
     requests = make_trace(SHAREGPT, 150, math.inf, seed=0)
-    rows = sm.watermark_sweep(requests, sm.kv_budget().num_slots, SHAREGPT.max_len, [0.0, 0.01, 0.1], runs,
-                              StepTimeModel(0.004, 3e-5, 3e-7, 3e-5), progress=False)
+    rows = sm.watermark_sweep(
+        requests,
+        gm.kv_budget().num_slots,
+        SHAREGPT.max_len,
+        [0.0, 0.01, 0.1],
+        runs,
+        StepTimeModel(0.004, 3e-5, 3e-7, 3e-5),
+        progress=False,
+    )
     assert [r["watermark (%)"] for r in rows] == [0, 1, 10]
     assert rows[0]["preemptions"] >= rows[1]["preemptions"] > rows[2]["preemptions"]
     assert rows[0]["tokens (%)"] > rows[2]["tokens (%)"]
@@ -124,7 +138,10 @@ def test_preemption_costs_count_what_recomputation_prefills_again(runs):
 
 def test_cap_table_finds_the_steps_where_the_cap_binds(runs):
     (row,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=runs["paged"].max_batch)
-    assert row["largest batch"] == runs["paged"].max_batch and row["steps at the cap of %d (%%)" % row["largest batch"]] > 0
+    assert (
+        row["largest batch"] == runs["paged"].max_batch
+        and row["steps at the cap of %d (%%)" % row["largest batch"]] > 0
+    )
     (never,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=10_000)
     assert never["steps at the cap of 10000 (%)"] == 0 and never["budget free at the cap (%)"] == 0
     share, free_at_cap, free_else = runs["paged"].at_cap(10_000)

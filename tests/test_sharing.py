@@ -6,11 +6,16 @@ import pytest
 import torch
 
 from kvlib import KVLibError
-from kvlib.generate import generate
-from kvlib.model import ModelConfig, TinyLlama
-from kvlib.sharing import SharingCount, beam_search, beam_search_reference, parallel_sampling_blocks
+from kvlib.cache.generation import generate
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from kvlib.serving.sharing import SharingCount, beam_search, beam_search_reference, parallel_sampling_blocks
 
-MODEL = TinyLlama(ModelConfig(vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=96, max_seq_len=256))
+MODEL = TinyLlama(
+    ModelConfig(
+        vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=96, max_seq_len=256
+    )
+)
 PROMPT = list(range(5, 25))
 
 
@@ -32,7 +37,9 @@ def test_parallel_sampling_saves_more_with_more_samples_and_less_with_longer_out
 def test_totals_concatenate_the_steps_of_several_requests():
     a, b = parallel_sampling_blocks(20, 3, 2), parallel_sampling_blocks(40, 5, 3)
     total = SharingCount.total([a, b])
-    assert total.saving == pytest.approx(1 - (a.used_blocks.sum() + b.used_blocks.sum()) / (a.unshared_blocks.sum() + b.unshared_blocks.sum()))
+    assert total.saving == pytest.approx(
+        1 - (a.used_blocks.sum() + b.used_blocks.sum()) / (a.unshared_blocks.sum() + b.unshared_blocks.sum())
+    )
 
 
 @pytest.mark.parametrize("width", [1, 2, 4])

@@ -10,10 +10,17 @@ from hypothesis import strategies as st
 
 from kvlib import KVLibError
 from kvlib import sizing as s
-from kvlib.sizing import GiB, ModelSpec
+from kvlib.sizing.spec import ModelSpec
+from kvlib.units import GiB
 
-LLAMA_LIKE = dict(model_type="llama", num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-                  hidden_size=4096, max_position_embeddings=8192)
+LLAMA_LIKE = dict(
+    model_type="llama",
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    hidden_size=4096,
+    max_position_embeddings=8192,
+)
 
 
 def spec(name):
@@ -55,7 +62,9 @@ def test_bytes_per_token_by_hand(name, per_token):
 
 
 def test_caches_at_maximum_context_by_hand():
-    assert s.cache_bytes(spec("Mistral-7B-v0.1"), 32768) == 4096 * 131_072  # every layer capped at 4096 tokens
+    assert (
+        s.cache_bytes(spec("Mistral-7B-v0.1"), 32768) == 4096 * 131_072
+    )  # every layer capped at 4096 tokens
     assert s.cache_bytes(spec("Mixtral-8x7B"), 32768) == 4 * GiB  # no window
     gemma = 2 * 8 * 256 * 2
     assert s.cache_bytes(spec("Gemma-2-9B"), 8192) == 21 * 8192 * gemma + 21 * 4096 * gemma
@@ -75,11 +84,18 @@ def test_layers_and_heads_are_two_levers_that_multiply():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(1, 96), st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([64, 80, 128, 256]),
-       st.integers(1, 100_000), st.integers(1, 64))
+@given(
+    st.integers(1, 96),
+    st.sampled_from([1, 2, 4, 8, 16]),
+    st.sampled_from([64, 80, 128, 256]),
+    st.integers(1, 100_000),
+    st.integers(1, 64),
+)
 def test_spec_agrees_with_the_plain_formula(layers, kv_heads, head_dim, tokens, batch):
     model = ModelSpec("m", layers, 16, kv_heads, head_dim)
-    assert s.cache_bytes(model, tokens, batch) == s.kv_cache_bytes(layers, kv_heads, head_dim, tokens, batch, 2)
+    assert s.cache_bytes(model, tokens, batch) == s.kv_cache_bytes(
+        layers, kv_heads, head_dim, tokens, batch, 2
+    )
 
 
 def test_grows_linearly_until_the_window_then_stops():
@@ -96,7 +112,9 @@ def test_grows_linearly_until_the_window_then_stops():
 def test_quantized_formats_state_their_scales():
     llama3 = spec("Llama-3-8B")  # 16 vectors of 128 values per token and layer
     assert s.bytes_per_token(llama3, "fp8") * 2 == s.bytes_per_token(llama3, "fp16")
-    assert s.token_layer_bytes(llama3, "int8") == 16 * (128 + 4 * 4)  # 4 groups of 32, fp16 scale + fp16 zero point
+    assert s.token_layer_bytes(llama3, "int8") == 16 * (
+        128 + 4 * 4
+    )  # 4 groups of 32, fp16 scale + fp16 zero point
     assert s.token_layer_bytes(llama3, "int4") == 16 * (64 + 4 * 4)
     assert s.bytes_per_token(llama3, "int4") / s.bytes_per_token(llama3, "fp16") == 0.3125
     assert s.KV_DTYPES["int4"].vector_bytes(33) == 17 + 2 * 4  # partial groups pay a full scale
@@ -125,7 +143,10 @@ def test_falcon_multi_query_means_one_kv_head():
     assert s.spec_from_config(falcon).num_kv_heads == 1
     # converted configs carry num_kv_heads = 71, which transformers ignores under multi_query
     assert s.spec_from_config({**falcon, "num_kv_heads": 71}).num_kv_heads == 1
-    assert s.spec_from_config({**falcon, "new_decoder_architecture": True, "num_kv_heads": 71}).num_kv_heads == 71
+    assert (
+        s.spec_from_config({**falcon, "new_decoder_architecture": True, "num_kv_heads": 71}).num_kv_heads
+        == 71
+    )
     with pytest.raises(KVLibError, match="multi_query is true but num_key_value_heads is 8"):
         s.spec_from_config({**falcon, "num_key_value_heads": 8})
 
@@ -133,16 +154,28 @@ def test_falcon_multi_query_means_one_kv_head():
 def test_sliding_window_rules():
     mistral = s.spec_from_config({**LLAMA_LIKE, "model_type": "mistral", "sliding_window": 4096})
     assert mistral.sliding_windows == (4096,) * 32
-    qwen_off = s.spec_from_config({**LLAMA_LIKE, "model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False})
+    qwen_off = s.spec_from_config(
+        {**LLAMA_LIKE, "model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}
+    )
     assert qwen_off.sliding_windows == (None,) * 32
-    qwen_on = s.spec_from_config({**LLAMA_LIKE, "model_type": "qwen2", "sliding_window": 512,
-                                  "use_sliding_window": True, "max_window_layers": 30})
+    qwen_on = s.spec_from_config(
+        {
+            **LLAMA_LIKE,
+            "model_type": "qwen2",
+            "sliding_window": 512,
+            "use_sliding_window": True,
+            "max_window_layers": 30,
+        }
+    )
     assert qwen_on.sliding_windows == (None,) * 30 + (512, 512)
     types = ["sliding_attention"] * 5 + ["full_attention"]
-    explicit = s.spec_from_config({**LLAMA_LIKE, "num_hidden_layers": 6, "sliding_window": 1024, "layer_types": types})
+    explicit = s.spec_from_config(
+        {**LLAMA_LIKE, "num_hidden_layers": 6, "sliding_window": 1024, "layer_types": types}
+    )
     assert explicit.sliding_windows == (1024,) * 5 + (None,)
-    hybrid = s.spec_from_config({**LLAMA_LIKE, "num_hidden_layers": 4,
-                                 "layer_types": ["linear_attention"] * 3 + ["full_attention"]})
+    hybrid = s.spec_from_config(
+        {**LLAMA_LIKE, "num_hidden_layers": 4, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+    )
     assert hybrid.attention_layers == (3,)
 
 
@@ -162,7 +195,10 @@ def test_config_file_paths_work(tmp_path):
         (dict(num_hidden_layers="32"), "num_hidden_layers"),
         (dict(n_layer=30), "contradicts itself: num_hidden_layers=32, n_layer=30"),
         (dict(hidden_size=4100), "no 'head_dim' and hidden_size \\(4100\\) is not divisible"),
-        (dict(num_key_value_heads=5), "num_attention_heads \\(32\\) is not a multiple of its num_key_value_heads \\(5\\)"),
+        (
+            dict(num_key_value_heads=5),
+            "num_attention_heads \\(32\\) is not a multiple of its num_key_value_heads \\(5\\)",
+        ),
         (dict(layer_types=["full_attention"] * 3), "layer_types must list 32"),
         (dict(layer_types=["full_attention"] * 31 + ["magic"]), "unknown type 'magic'"),
         (dict(layer_types=["sliding_attention"] * 32), "no sliding_window"),
@@ -211,7 +247,9 @@ def test_catalog_has_the_issue_models_each_with_a_source():
     assert names == list(s.CATALOG_ORDER)
     export = json.loads(json.dumps(s.catalog_export()))  # plain JSON
     for model in export["models"]:
-        assert model["source"].startswith("https://huggingface.co/") and model["source"].endswith("config.json")
+        assert model["source"].startswith("https://huggingface.co/") and model["source"].endswith(
+            "config.json"
+        )
         assert model["num_parameters"] > 10**9
 
 
@@ -227,7 +265,9 @@ def _export_total(model: dict, dtypes: dict, dtype: str, context: int, batch: in
     """The export's formula in plain Python, as a browser calculator would implement it."""
     d = dtypes[dtype]
     n = model["values_per_vector"]
-    vector = math.ceil(n * d["bits"] / 8) + (math.ceil(n / d["group_size"]) * d["meta_bytes"] if d["group_size"] else 0)
+    vector = math.ceil(n * d["bits"] / 8) + (
+        math.ceil(n / d["group_size"]) * d["meta_bytes"] if d["group_size"] else 0
+    )
     per_layer = model["vectors_per_token_per_layer"] * vector
     tokens = sum(min(context, w) if w else context for w in model["sliding_windows"])
     return batch * per_layer * (tokens + len(model["attention_layers"]) * model["cross_attention_tokens"])
@@ -247,7 +287,7 @@ def test_parameter_counts_match_the_configs():
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSpeechSeq2Seq
 
-    from kvlib.hf import quiet_transformers
+    from kvlib.model.hf import quiet_transformers
 
     for name in s.catalog_names():
         config = dict(s.catalog_config(name))
@@ -273,7 +313,9 @@ def test_max_batch_and_max_context_are_tight():
     free = gpu - weights - overhead
     for dtype in ("fp16", "int4"):
         batch = s.max_batch(llama3, 8192, gpu, weights, overhead, dtype)
-        assert s.cache_bytes(llama3, 8192, batch, dtype) <= free < s.cache_bytes(llama3, 8192, batch + 1, dtype)
+        assert (
+            s.cache_bytes(llama3, 8192, batch, dtype) <= free < s.cache_bytes(llama3, 8192, batch + 1, dtype)
+        )
     assert s.max_batch(llama3, 8192, gpu, weights, overhead) == 61
     context = s.max_context(llama3, 100, gpu, weights, overhead)
     assert s.cache_bytes(llama3, context, 100) <= free < s.cache_bytes(llama3, context + 1, 100)
@@ -282,7 +324,9 @@ def test_max_batch_and_max_context_are_tight():
 def test_capacity_edge_cases():
     mistral = spec("Mistral-7B-v0.1")  # cache stops growing at the window: any context fits if 4096 does
     assert s.max_context(mistral, 1, 80 * GiB, 15 * GiB) == 32768
-    assert s.max_batch(spec("Llama-2-70B"), 4096, 80 * GiB, s.weight_bytes(68_976_648_192)) == 0  # weights alone too big
+    assert (
+        s.max_batch(spec("Llama-2-70B"), 4096, 80 * GiB, s.weight_bytes(68_976_648_192)) == 0
+    )  # weights alone too big
     assert s.max_context(spec("Llama-2-70B"), 1, 80 * GiB, s.weight_bytes(68_976_648_192)) == 0
     with pytest.raises(KVLibError, match="overhead_bytes must be an integer >= 0"):
         s.max_batch(mistral, 10, 80 * GiB, 0, -1)
@@ -291,20 +335,28 @@ def test_capacity_edge_cases():
 
 
 def test_capacity_table_rows():
-    rows = s.capacity_table(spec("Llama-3-8B"), 8_030_261_248, 80 * GiB, 8192, batch=8, overhead_bytes=4 * GiB)
+    rows = s.capacity_table(
+        spec("Llama-3-8B"), 8_030_261_248, 80 * GiB, 8192, batch=8, overhead_bytes=4 * GiB
+    )
     assert [r["kv dtype"] for r in rows] == ["fp16", "fp8", "int8", "int4"]
     assert rows[0]["cache (GiB)"] == 8.0 and rows[0]["max batch at 8,192"] == 61
     # at batch 8 every dtype reaches Llama-3's own 8,192 tokens: the model caps it, not memory
-    assert [(r["max context at batch 8"], r["max context limited by"]) for r in rows] == [(8192, "model's maximum")] * 4
+    assert [(r["max context at batch 8"], r["max context limited by"]) for r in rows] == [
+        (8192, "model's maximum")
+    ] * 4
     # at batch 128 an fp16 token costs 128 x 128 KiB = 16 MiB; 80 - 4 GiB - 2 x 8.03e9 B of weights
     # leave 65,543,856,128 B free: 3,906 whole tokens, so memory caps the context
-    wide = s.capacity_table(spec("Llama-3-8B"), 8_030_261_248, 80 * GiB, 8192, batch=128, overhead_bytes=4 * GiB)
+    wide = s.capacity_table(
+        spec("Llama-3-8B"), 8_030_261_248, 80 * GiB, 8192, batch=128, overhead_bytes=4 * GiB
+    )
     assert (wide[0]["max context at batch 128"], wide[0]["max context limited by"]) == (3906, "memory")
 
 
 def test_catalog_config_is_a_copy_of_the_quoted_fields():
     config = s.catalog_config("falcon-7b")  # names are case-insensitive, as for catalog_entry
-    assert config["multi_query"] is True and s.spec_from_config(config) == s.spec_from_config(s.catalog_config("Falcon-7B"))
+    assert config["multi_query"] is True and s.spec_from_config(config) == s.spec_from_config(
+        s.catalog_config("Falcon-7B")
+    )
     config["n_layer"] = 1
     assert s.catalog_config("Falcon-7B")["n_layer"] == 32  # the cached catalog is not changed
     with pytest.raises(KVLibError, match="unknown model"):

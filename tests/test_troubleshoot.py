@@ -9,11 +9,14 @@ import pytest
 import torch
 
 from kvlib import KVLibError, sizing
-from kvlib.cache import kv_bytes_per_token
-from kvlib.decode import DecodeMeasurement, DecodeSetup
-from kvlib.measure import Bandwidth, Timing, memory_bandwidth
-from kvlib.model import ModelConfig, TinyLlama
-from kvlib.paged_attention import PagedKVCache
+from kvlib.units import GiB
+from kvlib.cache.contiguous import kv_bytes_per_token
+from kvlib.cache.decode_speed import DecodeMeasurement, DecodeSetup
+from kvlib.measure.probes import Bandwidth, memory_bandwidth
+from kvlib.measure.timing import Timing
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.troubleshoot import (
     TINY_CONTEXT,
     BatchOutcome,
@@ -69,13 +72,20 @@ def test_sweep_agrees_with_the_planner():
     budget = 12 * block_bytes(model, 4)
     most = requests_that_fit([7] * 8, budget, kv_bytes_per_token(model.config), 4)
     assert most == 6
-    at_most, one_more = batch_sweep(model, prompts_of(8, 3), 5, budget, batches=[most, most + 1], block_size=4)
+    at_most, one_more = batch_sweep(
+        model, prompts_of(8, 3), 5, budget, batches=[most, most + 1], block_size=4
+    )
     assert at_most.ran and not one_more.ran
 
 
 @pytest.mark.parametrize(
     "budget, batches, match",
-    [(10, [1], "holds no block"), (10**6, [0], "between 1 and"), (10**6, [4], "between 1 and"), (10**6, [], "between 1 and")],
+    [
+        (10, [1], "holds no block"),
+        (10**6, [0], "between 1 and"),
+        (10**6, [4], "between 1 and"),
+        (10**6, [], "between 1 and"),
+    ],
 )
 def test_sweep_rejects_bad_input(budget, batches, match):
     model = TinyLlama(ModelConfig(**SMALL))
@@ -84,7 +94,11 @@ def test_sweep_rejects_bad_input(budget, batches, match):
 
 
 def test_outcome_rows_name_the_refusal():
-    assert BatchOutcome(3, 8, None, "out of blocks").row() == {"batch": 3, "blocks in budget": 8, "outcome": "refused: out of blocks"}
+    assert BatchOutcome(3, 8, None, "out of blocks").row() == {
+        "batch": 3,
+        "blocks in budget": 8,
+        "outcome": "refused: out of blocks",
+    }
 
 
 @pytest.mark.parametrize(
@@ -107,17 +121,19 @@ def test_exact_lengths_and_reservations():
 
 def test_reservation_matches_max_batch_for_a_real_model():
     spec = sizing.catalog_entry("Llama-2-7B").spec
-    free = 63 * sizing.GiB + 12345
+    free = 63 * GiB + 12345
     expected = sizing.max_batch(spec, 4096, free, 0)
     assert requests_that_fit([100] * 200, free, sizing.bytes_per_token(spec), reserve=4096) == expected == 31
 
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [(dict(lengths=[1], free_bytes=-1, bytes_per_token=1), "free_bytes"),
-     (dict(lengths=[1], free_bytes=10, bytes_per_token=0), "bytes_per_token"),
-     (dict(lengths=[0], free_bytes=10, bytes_per_token=1), "positive"),
-     (dict(lengths=[40], free_bytes=10, bytes_per_token=1, reserve=32), "reservation")],
+    [
+        (dict(lengths=[1], free_bytes=-1, bytes_per_token=1), "free_bytes"),
+        (dict(lengths=[1], free_bytes=10, bytes_per_token=0), "bytes_per_token"),
+        (dict(lengths=[0], free_bytes=10, bytes_per_token=1), "positive"),
+        (dict(lengths=[40], free_bytes=10, bytes_per_token=1, reserve=32), "reservation"),
+    ],
 )
 def test_planner_rejects_bad_input(kwargs, match):
     with pytest.raises(KVLibError, match=match):
@@ -154,7 +170,9 @@ def _growth_run(times_by_context, llc, gqa=(1.0, 1.0), mqa=(0.5, 0.5)):
 
 def test_growth_checks_compare_within_rounds():
     # each context costs 1 ms per 1,024 tokens plus 0.1 ms; round 2 runs everything 3x slower (load)
-    times = {n: [(0.1 + n / 1024) * 1e-3 * f for f in (1, 3, 1)] for n in (TINY_CONTEXT, 1024, 4096, 8192, 16384)}
+    times = {
+        n: [(0.1 + n / 1024) * 1e-3 * f for f in (1, 3, 1)] for n in (TINY_CONTEXT, 1024, 4096, 8192, 16384)
+    }
     llc = 32 << 20  # MHA's K+V is 32 KiB per token: 1,024 tokens = 1x LLC, 4,096 = 4x
     rows = growth_checks(_growth_run(times, llc))
     assert [(r["from context"], r["x LLC"]) for r in rows] == [(1024, 1.0), (4096, 4.0), (8192, 8.0)]
@@ -163,7 +181,7 @@ def test_growth_checks_compare_within_rounds():
     assert by[4096]["bytes ratio"] == 4 and by[8192]["bytes ratio"] == 2
     # within a round the 3x load cancels: the ratio is that of the unloaded times
     assert by[4096]["time ratio"] == pytest.approx(16.1 / 4.1)
-    tiny = (0.1 + TINY_CONTEXT / 1024)
+    tiny = 0.1 + TINY_CONTEXT / 1024
     assert by[4096]["time ratio less fixed cost"] == pytest.approx((16.1 - tiny) / (4.1 - tiny))
     assert (by[4096]["lower bound"], by[4096]["upper bound"]) == growth_bounds(128 << 20, 512 << 20, llc)
     for row in rows:  # a fixed cost plus the same cost per token lies within the bounds
@@ -187,14 +205,27 @@ def test_growth_run_finds_its_steps_and_speedups():
 def test_measure_growth_times_every_step_on_the_setups_threads(monkeypatch):
     import kvlib.troubleshoot as troubleshoot
 
-    setup = DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(64, 256, 1024), num_heads=8,
-                        head_dim=8, threads=1)
+    setup = DecodeSetup(
+        torch.device("cpu"),
+        torch.float32,
+        batch=1,
+        contexts=(64, 256, 1024),
+        num_heads=8,
+        head_dim=8,
+        threads=1,
+    )
     quick_probe = lambda s: memory_bandwidth(1 << 20, "cpu", repeats=1, threads=s.threads)  # noqa: E731
     monkeypatch.setattr(troubleshoot, "probe_bandwidth", quick_probe)
     threads = torch.get_num_threads()
     run = measure_growth(setup, rounds=2)
     assert torch.get_num_threads() == threads
     assert [(m.num_kv_heads, m.context) for m in run.steps] == [
-        (8, TINY_CONTEXT), (8, 64), (8, 256), (8, 512), (8, 1024), (1, 1024)]  # no GQA-8 with 8 heads
+        (8, TINY_CONTEXT),
+        (8, 64),
+        (8, 256),
+        (8, 512),
+        (8, 1024),
+        (1, 1024),
+    ]  # no GQA-8 with 8 heads
     assert all(len(m.timing.samples) == 2 and m.timing.min_s > 0 for m in run.steps)
     assert run.probe.threads == 1 and run.llc_bytes > 0

@@ -8,10 +8,13 @@ import re
 
 import pytest
 
-from kvlib import KVLibError, webcalc
-from kvlib import calculator as widget_calculator
-from kvlib.sizing import (GiB, bytes_per_token, cache_bytes, catalog_entry, catalog_export, catalog_names, max_batch,
-                          weight_bytes)
+from kvlib import KVLibError
+from kvlib.sizing import widget as widget_calculator
+from kvlib.sizing import web_calculator as webcalc
+from kvlib.sizing.capacity import max_batch, weight_bytes
+from kvlib.sizing.catalog import catalog_entry, catalog_export, catalog_names
+from kvlib.sizing.spec import bytes_per_token, cache_bytes
+from kvlib.units import GiB
 
 PAGE = webcalc.calculator_html()
 SCRIPT = webcalc.script_source()
@@ -41,15 +44,27 @@ def test_script_reads_only_fields_the_export_has():
     export = catalog_export()
     model_fields = set(re.findall(r"\bm\.(\w+)", SCRIPT))
     dtype_fields = set(re.findall(r"\b(?:dtype|weightDtype)\.(\w+)", SCRIPT))
-    assert {"sliding_windows", "vectors_per_token_per_layer", "values_per_vector", "cross_attention_tokens",
-            "num_parameters", "max_context"} <= model_fields <= set(export["models"][0])
+    assert (
+        {
+            "sliding_windows",
+            "vectors_per_token_per_layer",
+            "values_per_vector",
+            "cross_attention_tokens",
+            "num_parameters",
+            "max_context",
+        }
+        <= model_fields
+        <= set(export["models"][0])
+    )
     assert {"bits", "group_size", "meta_bytes", "name"} <= dtype_fields <= set(export["kv_dtypes"]["int4"])
     assert {"kv_dtypes", "models"} >= set(re.findall(r"\bcatalog\.(\w+)", SCRIPT))
 
 
 def test_prefilled_answer_is_kvlibs():
     rows = re.findall(r'<tr data-out="(\w+)"><th>(.*?)</th><td>(.*?)</td></tr>', PAGE)
-    assert [(k, label, html.unescape(text)) for k, label, text in rows] == webcalc.answer_rows(**webcalc.DEFAULTS)
+    assert [(k, label, html.unescape(text)) for k, label, text in rows] == webcalc.answer_rows(
+        **webcalc.DEFAULTS
+    )
     assert 'value="8192"' in PAGE and "<option selected>Llama-3-8B</option>" in PAGE
 
 
@@ -60,29 +75,52 @@ def _rows(**inputs):
 def test_answer_numbers_are_kvlibs():
     llama2 = catalog_entry("Llama-2-7B").spec
     rows = _rows(model="Llama-2-7B", context=4096, batch=1)
-    assert rows["per_token"] == f"{bytes_per_token(llama2):,} B = 32 attention layers x 16,384 B" == \
-        "524,288 B = 32 attention layers x 16,384 B"
+    assert (
+        rows["per_token"]
+        == f"{bytes_per_token(llama2):,} B = 32 attention layers x 16,384 B"
+        == "524,288 B = 32 attention layers x 16,384 B"
+    )
     assert rows["per_sequence"] == "2,147,483,648 B (2.000 GiB) at 4,096 tokens"
-    assert _rows(model="Llama-2-7B", context=128, batch=1)["per_sequence"].startswith("67,108,864 B (0.062 GiB)")
+    assert _rows(model="Llama-2-7B", context=128, batch=1)["per_sequence"].startswith(
+        "67,108,864 B (0.062 GiB)"
+    )
     rows = _rows(model="Llama-3-8B", context=8192, batch=8)  # tests/test_calculator.py: 8 GiB, 61 sequences
-    assert rows["batch"] == f"{cache_bytes(catalog_entry('Llama-3-8B').spec, 8192, 8):,} B (8.000 GiB) for 8 sequences"
+    assert (
+        rows["batch"]
+        == f"{cache_bytes(catalog_entry('Llama-3-8B').spec, 8192, 8):,} B (8.000 GiB) for 8 sequences"
+    )
     assert rows["max_batch"] == "61 sequences of 8,192 tokens"
     assert rows["gpu_share"] == f"{(16_060_522_496 + 12 * GiB) / (80 * GiB):.1%} used: fits"
     whisper = _rows(model="Whisper-large-v3", context=448, batch=1)
-    assert whisper["per_sequence"].endswith(", of which 245,760,000 B cross-attention")  # 32 layers x 1,500 x 5,120 B
+    assert whisper["per_sequence"].endswith(
+        ", of which 245,760,000 B cross-attention"
+    )  # 32 layers x 1,500 x 5,120 B
     mistral = catalog_entry("Mistral-7B-v0.1")
-    rows = _rows(model="Mistral-7B-v0.1", context=32768, batch=1, kv_dtype="int4", gpu_gib=24, weight_dtype="int4")
+    rows = _rows(
+        model="Mistral-7B-v0.1", context=32768, batch=1, kv_dtype="int4", gpu_gib=24, weight_dtype="int4"
+    )
     weights = weight_bytes(mistral.num_parameters, "int4")
     per_sequence = cache_bytes(mistral.spec, 32768, 1, "int4")  # capped by the 4,096-token window
     assert per_sequence == cache_bytes(mistral.spec, 4096, 1, "int4")
-    assert rows["max_batch"] == f"{max_batch(mistral.spec, 32768, 24 * GiB, weights, 4 * GiB, 'int4'):,} sequences of 32,768 tokens"
+    assert (
+        rows["max_batch"]
+        == f"{max_batch(mistral.spec, 32768, 24 * GiB, weights, 4 * GiB, 'int4'):,} sequences of 32,768 tokens"
+    )
 
 
 def test_limits_keep_every_byte_count_exact_in_javascript():
-    largest = max(cache_bytes(catalog_entry(name).spec, catalog_entry(name).spec.max_context, webcalc.LIMITS["batch"], kv)
-                  for name in catalog_names() for kv in webcalc.KV_CHOICES)
-    heaviest = max(weight_bytes(catalog_entry(name).num_parameters, w) for name in catalog_names()
-                   for w in webcalc.WEIGHT_CHOICES)
+    largest = max(
+        cache_bytes(
+            catalog_entry(name).spec, catalog_entry(name).spec.max_context, webcalc.LIMITS["batch"], kv
+        )
+        for name in catalog_names()
+        for kv in webcalc.KV_CHOICES
+    )
+    heaviest = max(
+        weight_bytes(catalog_entry(name).num_parameters, w)
+        for name in catalog_names()
+        for w in webcalc.WEIGHT_CHOICES
+    )
     assert largest + heaviest + webcalc.LIMITS["overhead_gib"] * GiB < 2**53
     assert webcalc.LIMITS["gpu_gib"] * GiB < 2**53
 
@@ -93,17 +131,21 @@ def test_choices_and_defaults_match_the_widget():
     assert tuple(controls["weights"].options) == webcalc.WEIGHT_CHOICES
     assert list(controls["model"].options) == catalog_names()
     assert controls["batch"].max == webcalc.LIMITS["batch"]
-    assert [controls[k].value for k in ("model", "context", "batch", "GPU GiB", "overhead GiB")] == \
-        [webcalc.DEFAULTS[k] for k in ("model", "context", "batch", "gpu_gib", "overhead_gib")]
+    assert [controls[k].value for k in ("model", "context", "batch", "GPU GiB", "overhead GiB")] == [
+        webcalc.DEFAULTS[k] for k in ("model", "context", "batch", "gpu_gib", "overhead_gib")
+    ]
 
 
-@pytest.mark.parametrize("inputs, message", [
-    (dict(context=9000), "context 9,000 exceeds Llama-3-8B's maximum of 8,192 tokens"),
-    (dict(batch=0), "batch must be an integer >= 1, not 0"),
-    (dict(batch=100_001), "batch must be at most 100,000 here"),
-    (dict(gpu_gib=0.0), "GPU memory must be positive and overhead non-negative, not 0.0 and 4.0 GiB"),
-    (dict(overhead_gib=1e6), "overhead must be at most 100,000 GiB here"),
-])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (dict(context=9000), "context 9,000 exceeds Llama-3-8B's maximum of 8,192 tokens"),
+        (dict(batch=0), "batch must be an integer >= 1, not 0"),
+        (dict(batch=100_001), "batch must be at most 100,000 here"),
+        (dict(gpu_gib=0.0), "GPU memory must be positive and overhead non-negative, not 0.0 and 4.0 GiB"),
+        (dict(overhead_gib=1e6), "overhead must be at most 100,000 GiB here"),
+    ],
+)
 def test_bad_input_is_named(inputs, message):
     with pytest.raises(KVLibError, match=re.escape(message)):
         webcalc.answer_rows(**{**webcalc.DEFAULTS, **inputs})

@@ -14,8 +14,9 @@ Readers call ``check("N.k", answer)`` with their own answer.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kvlib import KVLibError
 
@@ -32,10 +33,14 @@ class Feedback:
         return self.ok
 
     def __repr__(self) -> str:
-        return f"✔ Exercise {self.key}: {self.message}" if self.ok else f"✘ Exercise {self.key}: {self.message}"
+        return (
+            f"✔ Exercise {self.key}: {self.message}" if self.ok else f"✘ Exercise {self.key}: {self.message}"
+        )
 
 
-def numeric_answer(answer, expected: float, mistakes: dict, rel: float = 2e-3, what: str = "the formula") -> str | None:
+def numeric_answer(
+    answer, expected: float, mistakes: dict, rel: float = 2e-3, what: str = "the formula"
+) -> str | None:
     """None if ``answer`` is within ``rel`` of ``expected``; else the hint of a known mistake, or a general one.
 
     ``mistakes`` maps the number a typical mistake produces to the hint for it: the checks
@@ -59,7 +64,9 @@ def _function(key: str, prefix: str) -> Callable:
         module = importlib.import_module(f"kvlib.exercises.ch{chapter}")
         return getattr(module, f"{prefix}_{chapter}_{number}")
     except (ModuleNotFoundError, AttributeError):
-        raise KVLibError(f"there is no exercise {key!r}; see the exercises at the end of chapter {chapter}") from None
+        raise KVLibError(
+            f"there is no exercise {key!r}; see the exercises at the end of chapter {chapter}"
+        ) from None
 
 
 def check(key: str, answer: Any) -> Feedback:
@@ -76,5 +83,7 @@ def solution(key: str) -> Any:
 def exercise_keys(chapter: int) -> list[str]:
     """Keys of every exercise of a chapter, in order (used by the tests)."""
     module = importlib.import_module(f"kvlib.exercises.ch{chapter}")
-    keys = [name.removeprefix("check_").replace("_", ".") for name in dir(module) if name.startswith("check_")]
+    keys = [
+        name.removeprefix("check_").replace("_", ".") for name in dir(module) if name.startswith("check_")
+    ]
     return sorted(keys, key=lambda k: tuple(map(int, k.split("."))))

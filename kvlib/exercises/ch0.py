@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from kvlib.exercises import numeric_answer
-from kvlib.sizing import GiB
+from kvlib.units import GiB
 
 # ---- 0.1 a median
 
@@ -25,12 +25,26 @@ def solve_0_1() -> float:
 
 def check_0_1(answer):
     samples = list(SAMPLES_MS)
-    return numeric_answer(answer, statistics.median(samples), {
-        statistics.mean(samples): "that is the mean: the one interrupted sample drags it up; the timer reports the middle sample",
-        min(samples): "that is the fastest sample, which the chapter divides for ratios; the timer's headline is the median",
-        max(samples): "that is the slowest sample, the interrupted one; the median is the middle of the sorted samples",
-        samples[2]: "that is the third sample as listed; sort the samples first, then take the middle one",
-    }, rel=1e-6, what="the middle value of the sorted samples")
+    return numeric_answer(
+        answer,
+        statistics.median(samples),
+        {
+            statistics.mean(
+                samples
+            ): "that is the mean: the one interrupted sample drags it up; the timer reports the middle sample",
+            min(
+                samples
+            ): "that is the fastest sample, which the chapter divides for ratios; the timer's headline is the median",
+            max(
+                samples
+            ): "that is the slowest sample, the interrupted one; the median is the middle of the sorted samples",
+            samples[
+                2
+            ]: "that is the third sample as listed; sort the samples first, then take the middle one",
+        },
+        rel=1e-6,
+        what="the middle value of the sorted samples",
+    )
 
 
 # ---- 0.2 the bandwidth floor
@@ -45,12 +59,22 @@ def solve_0_2() -> float:
 
 def check_0_2(answer):
     num_bytes, rate = CACHE_GIB * GiB, BANDWIDTH_GBPS * 1e9
-    return numeric_answer(answer, num_bytes / rate * 1e3, {
-        CACHE_GIB * 1e9 / rate * 1e3: "a GiB is 2**30 bytes, not 1e9: the cache is 7% larger than 2e9 bytes",
-        num_bytes / rate: "that is in seconds; the question asks for milliseconds",
-        num_bytes / rate * 1e6: "that is in microseconds; the question asks for milliseconds",
-        BANDWIDTH_GBPS / CACHE_GIB: "that is bandwidth over size (how many times per second it could be read); time is size over bandwidth",
-    }, rel=2e-3, what="bytes divided by bytes per second")
+    return numeric_answer(
+        answer,
+        num_bytes / rate * 1e3,
+        {
+            CACHE_GIB
+            * 1e9
+            / rate
+            * 1e3: "a GiB is 2**30 bytes, not 1e9: the cache is 7% larger than 2e9 bytes",
+            num_bytes / rate: "that is in seconds; the question asks for milliseconds",
+            num_bytes / rate * 1e6: "that is in microseconds; the question asks for milliseconds",
+            BANDWIDTH_GBPS
+            / CACHE_GIB: "that is bandwidth over size (how many times per second it could be read); time is size over bandwidth",
+        },
+        rel=2e-3,
+        what="bytes divided by bytes per second",
+    )
 
 
 # ---- 0.3 comparing two timings
@@ -79,11 +103,24 @@ def check_0_3(answer):
             got = answer(list(slow), list(fast))
         except Exception as error:  # the reader's code: report what went wrong, in one line
             return f"your function raised {type(error).__name__}: {error}"
-        hint = numeric_answer(got, min(slow) / min(fast), {
-            statistics.median(slow) / statistics.median(fast): "that divides the medians; for a ratio the chapter divides the fastest samples",
-            statistics.mean(slow) / statistics.mean(fast): "that divides the means, which stray slow samples distort; divide the fastest samples",
-            min(fast) / min(slow): "upside down: how many times slower is the slow one, so slow over fast",
-        }, rel=1e-6, what="the fastest slow sample over the fastest fast sample")
+        hint = numeric_answer(
+            got,
+            min(slow) / min(fast),
+            {
+                statistics.median(slow)
+                / statistics.median(
+                    fast
+                ): "that divides the medians; for a ratio the chapter divides the fastest samples",
+                statistics.mean(slow)
+                / statistics.mean(
+                    fast
+                ): "that divides the means, which stray slow samples distort; divide the fastest samples",
+                min(fast)
+                / min(slow): "upside down: how many times slower is the slow one, so slow over fast",
+            },
+            rel=1e-6,
+            what="the fastest slow sample over the fastest fast sample",
+        )
         if hint:
             return f"for samples {slow} and {fast}: {hint}"
     return None

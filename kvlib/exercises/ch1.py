@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from kvlib.attention import grouped_attention
-from kvlib.cache import concat_bytes_copied, kv_bytes_per_token
+from kvlib.cache.contiguous import concat_bytes_copied, kv_bytes_per_token
+from kvlib.cache.generation import generate
+from kvlib.cache.nocache_race import CPU_CONFIG
 from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
-from kvlib.generate import generate
-from kvlib.model import ModelConfig, TinyLlama
-from kvlib.nocache import CPU_CONFIG
-
+from kvlib.model.attention import grouped_attention
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
 
 # ---- 1.1 a quick count
 
@@ -29,13 +29,24 @@ def solve_1_1() -> int:
 
 def check_1_1(answer):
     n = 400
-    expected = sum(1 + step for step in range(n))  # step 0 reads the 1-token prompt, step i reads 1 + i tokens
-    return numeric_answer(answer, expected, {
-        n * n: "that is n x n, but step t reads only the t tokens that exist by then: add 1 + 2 + ... + n",
-        n * n / 2: "close: n^2 / 2 leaves out half of the diagonal; 1 + 2 + ... + n = n (n + 1) / 2",
-        n * (n - 1) / 2: "you summed 0 + 1 + ... + (n - 1): the first step already reads the 1-token prompt",
-        n: "that is the count WITH a cache (one token per step); without one every step rereads the past",
-    }, rel=0, what="the tokens read at each step, summed over the 400 steps")
+    expected = sum(
+        1 + step for step in range(n)
+    )  # step 0 reads the 1-token prompt, step i reads 1 + i tokens
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            n
+            * n: "that is n x n, but step t reads only the t tokens that exist by then: add 1 + 2 + ... + n",
+            n * n / 2: "close: n^2 / 2 leaves out half of the diagonal; 1 + 2 + ... + n = n (n + 1) / 2",
+            n
+            * (n - 1)
+            / 2: "you summed 0 + 1 + ... + (n - 1): the first step already reads the 1-token prompt",
+            n: "that is the count WITH a cache (one token per step); without one every step rereads the past",
+        },
+        rel=0,
+        what="the tokens read at each step, summed over the 400 steps",
+    )
 
 
 # ---- 1.2 predicting the speedup
@@ -52,12 +63,31 @@ def solve_1_2() -> float:
 def check_1_2(answer):
     o, c, n = 1.5e-3, 40e-6, 400
     expected = 1 + c * (n + 1) / (2 * o)
-    return numeric_answer(answer, expected, {
-        n * (n + 1) / 2 / n: "that is the ratio of tokens processed, which ignores the fixed cost o that every step pays",
-        c * (n + 1) / (2 * o): "that is the extra time over the cached run; the speedup is the ratio of the totals (add 1)",
-        1 + c * (n + 1) / o: "the average no-cache step has length (n + 1) / 2, not n + 1: divide the growing term by 2",
-        1 + c * n / o: "the average no-cache step has length (n + 1) / 2, not n: divide the growing term by 2",
-    }, rel=5e-3, what="total time without a cache over total time with one")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            n
+            * (n + 1)
+            / 2
+            / n: "that is the ratio of tokens processed, which ignores the fixed cost o that every step pays",
+            c
+            * (n + 1)
+            / (
+                2 * o
+            ): "that is the extra time over the cached run; the speedup is the ratio of the totals (add 1)",
+            1
+            + c
+            * (n + 1)
+            / o: "the average no-cache step has length (n + 1) / 2, not n + 1: divide the growing term by 2",
+            1
+            + c
+            * n
+            / o: "the average no-cache step has length (n + 1) / 2, not n: divide the growing term by 2",
+        },
+        rel=5e-3,
+        what="total time without a cache over total time with one",
+    )
 
 
 # ---- 1.3 the concatenation trap
@@ -74,19 +104,34 @@ def check_1_3(answer):
     c, n = CPU_CONFIG, 1000
     expected = concat_bytes_copied(c, n)  # unit tests check it against ConcatKVCache's own count
     per_token = kv_bytes_per_token(c)
-    return numeric_answer(answer, expected, {
-        expected * c.num_heads / c.num_kv_heads: "you used the 6 query heads; the cache stores num_kv_heads = 2 K/V heads",
-        expected / 2: "a factor 2 is missing: each step copies the keys AND the values, in each of the 2 layers",
-        expected / 4: "two factors of 2 are missing: keys AND values, in each of the 2 layers",
-        expected + per_token: "the first step copies nothing (there is no cache yet to copy): the sums start at 2 tokens",
-        per_token * n * n / 2: "n^2 / 2 is an approximation; count exactly: the new tensors hold 2, 3, ..., n tokens",
-    }, rel=0, what="bytes per token x (2 + 3 + ... + n)")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            expected
+            * c.num_heads
+            / c.num_kv_heads: "you used the 6 query heads; the cache stores num_kv_heads = 2 K/V heads",
+            expected
+            / 2: "a factor 2 is missing: each step copies the keys AND the values, in each of the 2 layers",
+            expected / 4: "two factors of 2 are missing: keys AND values, in each of the 2 layers",
+            expected
+            + per_token: "the first step copies nothing (there is no cache yet to copy): the sums start at 2 tokens",
+            per_token
+            * n
+            * n
+            / 2: "n^2 / 2 is an approximation; count exactly: the new tensors hold 2, 3, ..., n tokens",
+        },
+        rel=0,
+        what="bytes per token x (2 + 3 + ... + n)",
+    )
 
 
 # ---- 1.4 the cross-attention cache
 
 
-WHISPER_LARGE = dict(decoder_layers=32, heads=20, head_dim=64, source_frames=1500, max_new_tokens=448, bytes_per_value=2)
+WHISPER_LARGE = dict(
+    decoder_layers=32, heads=20, head_dim=64, source_frames=1500, max_new_tokens=448, bytes_per_value=2
+)
 
 
 def solve_1_4() -> int:
@@ -96,23 +141,37 @@ def solve_1_4() -> int:
 
 
 def check_1_4(answer):
-    from kvlib.encdec import EncoderDecoder, generate_encdec
+    from kvlib.cache.generation import generate_encdec
+    from kvlib.model.encdec import EncoderDecoder
 
     w = WHISPER_LARGE
     # Measure the cross-attention bytes of a small float32 model, then scale each factor to Whisper's shape.
-    small = ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=48, max_seq_len=64)
+    small = ModelConfig(
+        vocab_size=64, d_model=32, num_layers=2, num_heads=2, num_kv_heads=2, d_ff=48, max_seq_len=64
+    )
     run = generate_encdec(EncoderDecoder(small).eval(), torch.zeros(1, 10, dtype=torch.long), 3)
-    values_per_slot = run.cross_cache_bytes[-1] / 4 / (10 * small.num_layers * small.num_kv_heads * small.head_dim)  # K and V
+    values_per_slot = (
+        run.cross_cache_bytes[-1] / 4 / (10 * small.num_layers * small.num_kv_heads * small.head_dim)
+    )  # K and V
     slots = w["source_frames"] * w["decoder_layers"] * w["heads"] * w["head_dim"]
     expected = values_per_slot * slots * w["bytes_per_value"]
     self_bytes = expected / w["source_frames"] * w["max_new_tokens"]
-    return numeric_answer(answer, expected, {
-        self_bytes: "that is the SELF-attention cache after 448 tokens; cross-attention K/V cover the 1500 encoder frames",
-        expected + self_bytes: "the question asks for the cross-attention cache alone, not both caches",
-        expected / 2: "each frame stores a key AND a value per head: a factor 2 is missing",
-        expected * 2: "float16 takes 2 bytes per value, not 4",
-        expected * w["max_new_tokens"]: "the cross-attention cache does not grow with the generated tokens: it is computed once",
-    }, rel=0, what="2 x decoder layers x heads x head_dim x source frames x bytes")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            self_bytes: "that is the SELF-attention cache after 448 tokens; cross-attention K/V cover the 1500 encoder frames",
+            expected + self_bytes: "the question asks for the cross-attention cache alone, not both caches",
+            expected / 2: "each frame stores a key AND a value per head: a factor 2 is missing",
+            expected * 2: "float16 takes 2 bytes per value, not 4",
+            expected
+            * w[
+                "max_new_tokens"
+            ]: "the cross-attention cache does not grow with the generated tokens: it is computed once",
+        },
+        rel=0,
+        what="2 x decoder layers x heads x head_dim x source frames x bytes",
+    )
 
 
 # ---- 1.5 write a cache
@@ -141,7 +200,9 @@ def solve_1_5():
     return ListKVCache
 
 
-_SMALL = ModelConfig(vocab_size=61, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=64, seed=3)
+_SMALL = ModelConfig(
+    vocab_size=61, d_model=32, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=48, max_seq_len=64, seed=3
+)
 
 
 def check_1_5(answer):
@@ -152,7 +213,12 @@ def check_1_5(answer):
         first, second = probe.prepare(3), probe.prepare(1)
     except Exception as error:  # noqa: BLE001 - the reader's code may fail in any way; say how
         return f"the class must take (config, batch_size, max_len) and have prepare(num_new); it raised {type(error).__name__}: {error}"
-    if not (torch.is_tensor(first) and first.tolist() == [[0, 1, 2]] * 2 and torch.is_tensor(second) and second.tolist() == [[3]] * 2):
+    if not (
+        torch.is_tensor(first)
+        and first.tolist() == [[0, 1, 2]] * 2
+        and torch.is_tensor(second)
+        and second.tolist() == [[3]] * 2
+    ):
         return "prepare must return the positions of the new tokens, (batch, num_new): 0, 1, 2 for a 3-token prompt, then 3"
     model = TinyLlama(_SMALL).eval()
     prompt = torch.tensor([[5, 7, 11], [13, 17, 19]])

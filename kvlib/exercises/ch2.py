@@ -7,8 +7,10 @@ and recognises the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib.exercises import numeric_answer
-from kvlib.sizing import GiB, bytes_per_token, cache_bytes, catalog_config, catalog_entry, max_batch, weight_bytes
-
+from kvlib.sizing.capacity import max_batch, weight_bytes
+from kvlib.sizing.catalog import catalog_config, catalog_entry
+from kvlib.sizing.spec import bytes_per_token, cache_bytes
+from kvlib.units import GiB
 
 # ---- 2.1 a quick calculation
 
@@ -20,13 +22,19 @@ def solve_2_1() -> float:
 
 def check_2_1(answer):
     expected = cache_bytes(catalog_entry("Llama-3-70B").spec, 8192, 8, "bf16") / GiB
-    return numeric_answer(answer, expected, {
-        expected * 8: "you used the 64 query heads; the cache stores only num_key_value_heads = 8 K/V heads",
-        expected / 2: "a token stores a key AND a value per KV head: the factor 2 is missing",
-        expected / 8: "that is one sequence; the batch holds 8",
-        expected * 2: "bf16 takes 2 bytes per value, not 4",
-        expected * GiB / 1e9: "that is in GB of 10^9 bytes; the book answers in GiB (1024^3 bytes)",
-    }, what="2 x layers x KV heads x head_dim x tokens x batch x bytes")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            expected
+            * 8: "you used the 64 query heads; the cache stores only num_key_value_heads = 8 K/V heads",
+            expected / 2: "a token stores a key AND a value per KV head: the factor 2 is missing",
+            expected / 8: "that is one sequence; the batch holds 8",
+            expected * 2: "bf16 takes 2 bytes per value, not 4",
+            expected * GiB / 1e9: "that is in GB of 10^9 bytes; the book answers in GiB (1024^3 bytes)",
+        },
+        what="2 x layers x KV heads x head_dim x tokens x batch x bytes",
+    )
 
 
 # ---- 2.2 Gemma-2's head_dim
@@ -41,11 +49,19 @@ def solve_2_2() -> int:
 def check_2_2(answer):
     gemma = catalog_entry("Gemma-2-9B").spec
     expected = bytes_per_token(gemma)
-    return numeric_answer(answer, expected, {
-        expected * 224 / 256: "you used hidden_size/num_attention_heads = 224, but Gemma-2 sets head_dim = 256 explicitly",
-        expected * 2: "you used the 16 attention heads; K and V have num_key_value_heads = 8 heads",
-        expected / 2: "count both the key and the value of each KV head",
-    }, rel=0, what="2 x layers x KV heads x head_dim x 2 bytes")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            expected
+            * 224
+            / 256: "you used hidden_size/num_attention_heads = 224, but Gemma-2 sets head_dim = 256 explicitly",
+            expected * 2: "you used the 16 attention heads; K and V have num_key_value_heads = 8 heads",
+            expected / 2: "count both the key and the value of each KV head",
+        },
+        rel=0,
+        what="2 x layers x KV heads x head_dim x 2 bytes",
+    )
 
 
 # ---- 2.3 Gemma-2's sliding windows
@@ -61,11 +77,21 @@ def check_2_3(answer):
     gemma = catalog_entry("Gemma-2-9B").spec
     expected = cache_bytes(gemma, 8192)
     per_layer = 2 * 8 * 256 * 2
-    return numeric_answer(answer, expected, {
-        42 * 8192 * per_layer: "every other layer is a sliding-window layer: it keeps only the last 4,096 tokens",
-        42 * 4096 * per_layer: "only the even-numbered layers slide; the odd-numbered ones attend to all 8,192 tokens",
-        expected * 224 / 256: "right windows, wrong width: Gemma-2's head_dim is 256, not 3584/16 = 224",
-    }, rel=0, what="the global layers (8,192 tokens) plus the sliding layers (4,096 tokens)")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            42
+            * 8192
+            * per_layer: "every other layer is a sliding-window layer: it keeps only the last 4,096 tokens",
+            42
+            * 4096
+            * per_layer: "only the even-numbered layers slide; the odd-numbered ones attend to all 8,192 tokens",
+            expected * 224 / 256: "right windows, wrong width: Gemma-2's head_dim is 256, not 3584/16 = 224",
+        },
+        rel=0,
+        what="the global layers (8,192 tokens) plus the sliding layers (4,096 tokens)",
+    )
 
 
 # ---- 2.4 capacity planning with a quantized cache
@@ -94,7 +120,9 @@ def check_2_4(answer):
     free = GPU - weights - OVERHEAD
     fp16_seq = cache_bytes(entry.spec, CONTEXT)
     if answer["int4"] == free // (fp16_seq // 4):
-        return "int4 is not exactly 4x smaller: each group of 32 values also stores an fp16 scale and zero point"
+        return (
+            "int4 is not exactly 4x smaller: each group of 32 values also stores an fp16 scale and zero point"
+        )
     if answer["fp16"] == (GPU - weights) // fp16_seq:
         return "subtract the 4 GiB overhead as well as the weights"
     if answer["fp16"] == (GPU - OVERHEAD) // fp16_seq:
@@ -145,7 +173,14 @@ def check_2_5(answer):
 
 
 def _ignores_head_dim(config: dict) -> int:
-    return 2 * config["num_hidden_layers"] * config.get("num_key_value_heads", 1) * config["hidden_size"] // config["num_attention_heads"] * 2
+    return (
+        2
+        * config["num_hidden_layers"]
+        * config.get("num_key_value_heads", 1)
+        * config["hidden_size"]
+        // config["num_attention_heads"]
+        * 2
+    )
 
 
 def _ignores_jamba_layers(config: dict) -> int:
@@ -163,7 +198,12 @@ WRONG_ANSWERS = {
     "2.1": [160.0, 10.0, 2.5, 40.0, 21.47, 19, "20", True],
     "2.2": [301_056, 688_128, 172_032, 344_000],
     "2.3": [2_818_572_288, 1_409_286_144, 1_849_688_064, 2_113_929_215],
-    "2.4": [{"fp16": 61, "int4": 244}, {"fp16": 65, "int4": 195}, {"fp16": 76, "int4": 195}, {"fp16": 61, "int4": 200},
-            [61, 195]],
+    "2.4": [
+        {"fp16": 61, "int4": 244},
+        {"fp16": 65, "int4": 195},
+        {"fp16": 76, "int4": 195},
+        {"fp16": 61, "int4": 200},
+        [61, 195],
+    ],
     "2.5": [_ignores_head_dim, _ignores_jamba_layers, _ignores_multi_query, lambda config: 0, 42],
 }

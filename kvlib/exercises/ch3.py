@@ -8,8 +8,9 @@ and recognises the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
-from kvlib.paged import BlockManager
-from kvlib.sizing import bytes_per_token, catalog_entry
+from kvlib.paged.block_manager import BlockManager
+from kvlib.sizing.catalog import catalog_entry
+from kvlib.sizing.spec import bytes_per_token
 
 LENGTHS = (1000, 37, 16, 1)  # the four requests of exercises 3.1-3.3
 BLOCK_SIZE = 16
@@ -35,11 +36,21 @@ def solve_3_1() -> int:
 def check_3_1(answer):
     expected = _blocks_used(LENGTHS)
     total = sum(LENGTHS)
-    return numeric_answer(answer, expected, {
-        sum(n // BLOCK_SIZE for n in LENGTHS): "you rounded down: a partly filled last block is still a whole block",
-        -(-total // BLOCK_SIZE): "blocks belong to one sequence each: round up per request, not the total",
-        total / BLOCK_SIZE: "blocks are whole: round up per request",
-    }, rel=0, what="ceil(length / block_size) for each request")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            sum(
+                n // BLOCK_SIZE for n in LENGTHS
+            ): "you rounded down: a partly filled last block is still a whole block",
+            -(
+                -total // BLOCK_SIZE
+            ): "blocks belong to one sequence each: round up per request, not the total",
+            total / BLOCK_SIZE: "blocks are whole: round up per request",
+        },
+        rel=0,
+        what="ceil(length / block_size) for each request",
+    )
 
 
 # ---- 3.2 what paging wastes, in MiB
@@ -55,13 +66,25 @@ def check_3_2(answer):
     per_token = bytes_per_token(catalog_entry("OPT-13B").spec)
     empty = _blocks_used(LENGTHS) * BLOCK_SIZE - sum(LENGTHS)
     expected = empty * per_token / MiB
-    return numeric_answer(answer, expected, {
-        float(empty): "that is the number of empty slots; multiply by the bytes one token takes in OPT-13B's cache",
-        expected / 2: "a token stores a key AND a value in every layer: the factor 2 is missing",
-        expected * 2: "fp16 takes 2 bytes per value, not 4",
-        expected * MiB / 1e6: "that is in MB of 10^6 bytes; answer in MiB (2^20 bytes)",
-        len(LENGTHS) * (BLOCK_SIZE - 1) / 2 * per_token / MiB: "that is the expected waste (half a block per request); count the real empty slots",
-    }, rel=1e-3, what="(blocks x 16 - tokens) x bytes per token")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            float(
+                empty
+            ): "that is the number of empty slots; multiply by the bytes one token takes in OPT-13B's cache",
+            expected / 2: "a token stores a key AND a value in every layer: the factor 2 is missing",
+            expected * 2: "fp16 takes 2 bytes per value, not 4",
+            expected * MiB / 1e6: "that is in MB of 10^6 bytes; answer in MiB (2^20 bytes)",
+            len(LENGTHS)
+            * (BLOCK_SIZE - 1)
+            / 2
+            * per_token
+            / MiB: "that is the expected waste (half a block per request); count the real empty slots",
+        },
+        rel=1e-3,
+        what="(blocks x 16 - tokens) x bytes per token",
+    )
 
 
 # ---- 3.3 what reserving the maximum length wastes
@@ -75,11 +98,21 @@ def solve_3_3() -> float:
 def check_3_3(answer):
     used, reserved = sum(LENGTHS), len(LENGTHS) * MAX_LEN
     expected = 1 - used / reserved
-    return numeric_answer(answer, expected, {
-        used / reserved: "that is the fraction holding tokens; the question asks for the empty fraction",
-        100 * expected: "give a fraction between 0 and 1, not a percentage",
-        1 - used / (len(LENGTHS) * max(LENGTHS)): "every request reserves the model's maximum length (2,048), not the longest request",
-    }, rel=1e-3, what="1 - tokens / (requests x 2,048)")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            used / reserved: "that is the fraction holding tokens; the question asks for the empty fraction",
+            100 * expected: "give a fraction between 0 and 1, not a percentage",
+            1
+            - used
+            / (
+                len(LENGTHS) * max(LENGTHS)
+            ): "every request reserves the model's maximum length (2,048), not the longest request",
+        },
+        rel=1e-3,
+        what="1 - tokens / (requests x 2,048)",
+    )
 
 
 # ---- 3.4 fork and copy-on-write
@@ -100,13 +133,19 @@ def check_3_4(answer):
     for seq in range(4):
         manager.append_slot(seq, 0)
     expected = manager.usage().num_used_blocks
-    return numeric_answer(answer, expected, {
-        12: "the branches share the prompt's blocks (fork only increments ref_cnt); only the shared last block is copied",
-        7: "the last branch to append is the block's only user by then (ref_cnt 1): it writes in place, no copy",
-        3: "a branch never writes into a block others still use: the first write to the shared last block copies it",
-        4: "every branch but the last needs its own copy of the partly filled last block",
-        9: "full blocks are never written again, so they stay shared; only the partly filled last block is copied",
-    }, rel=0, what="shared blocks + copies")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            12: "the branches share the prompt's blocks (fork only increments ref_cnt); only the shared last block is copied",
+            7: "the last branch to append is the block's only user by then (ref_cnt 1): it writes in place, no copy",
+            3: "a branch never writes into a block others still use: the first write to the shared last block copies it",
+            4: "every branch but the last needs its own copy of the partly filled last block",
+            9: "full blocks are never written again, so they stay shared; only the partly filled last block is copied",
+        },
+        rel=0,
+        what="shared blocks + copies",
+    )
 
 
 # ---- 3.5 prefix caching
@@ -123,11 +162,17 @@ def check_3_5(answer):
     manager.allocate(0, system + user)
     manager.mark_computed(0)
     expected = manager.allocate(1, system + list(range(2000, 2020))).num_cached_tokens
-    return numeric_answer(answer, expected, {
-        100: "only FULL blocks are cached, and the 7th block mixes system-prompt and user tokens, so it differs",
-        112: "round down: the 7th block is not identical in the two requests",
-        6: "that is the number of blocks; the question asks for tokens",
-    }, rel=0, what="whole blocks inside the shared prefix")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            100: "only FULL blocks are cached, and the 7th block mixes system-prompt and user tokens, so it differs",
+            112: "round down: the 7th block is not identical in the two requests",
+            6: "that is the number of blocks; the question asks for tokens",
+        },
+        rel=0,
+        what="whole blocks inside the shared prefix",
+    )
 
 
 # ---- 3.6 the slot mapping
@@ -163,7 +208,9 @@ def check_3_6(answer):
                 continue
             table = manager.block_table(seq_id)
             if got == [table[p // block_size] + p % block_size for p in range(n)]:
-                return "a block id counts blocks, not slots: multiply it by block_size before adding the offset"
+                return (
+                    "a block id counts blocks, not slots: multiply it by block_size before adding the offset"
+                )
             if got == list(range(n)):
                 return "the blocks are not contiguous: look each logical block up in the block table"
             return f"wrong slots for block_size {block_size}, block_table {table}: expected {expected[:6]}..., got {got[:6]}..."

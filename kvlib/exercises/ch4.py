@@ -8,10 +8,11 @@ the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
-from kvlib.placement import BuddyAllocator, reservation_slots
-from kvlib.serving_measure import kv_budget, roofline_step_model
-from kvlib.sizing import GiB
-from kvlib.traces import Request
+from kvlib.serving.allocators import BuddyAllocator
+from kvlib.serving.gpu_model import kv_budget, roofline_step_model
+from kvlib.serving.placement import reservation_slots
+from kvlib.serving.traces import Request
+from kvlib.units import GiB
 
 MAX_LEN = 2048
 
@@ -29,13 +30,22 @@ def solve_4_1() -> int:
 def check_4_1(answer):
     budget = kv_budget("Llama-2-7B", gpu_bytes=24 * GiB)
     block = budget.bytes_per_token * 16
-    return numeric_answer(answer, budget.num_blocks, {
-        (24 * GiB - budget.weight_bytes) // block: "the server uses only 90% of the GPU's memory (vLLM's gpu_memory_utilization)",
-        (int(0.9 * 24e9) - budget.weight_bytes) // block: "24 GiB is 24 x 2^30 bytes, not 24 x 10^9",
-        budget.kv_bytes // (block // 2): "a token stores a key AND a value in every layer: the factor 2 is missing",
-        budget.num_blocks * 16: "that is in tokens; the question asks for blocks of 16 tokens",
-        (int(0.9 * 24 * GiB) - budget.weight_bytes // 2) // block: "fp16 weights take 2 bytes per parameter",
-    }, rel=0, what="(0.9 x 24 GiB - 2 bytes x parameters) // (bytes per token x 16)")
+    return numeric_answer(
+        answer,
+        budget.num_blocks,
+        {
+            (24 * GiB - budget.weight_bytes)
+            // block: "the server uses only 90% of the GPU's memory (vLLM's gpu_memory_utilization)",
+            (int(0.9 * 24e9) - budget.weight_bytes) // block: "24 GiB is 24 x 2^30 bytes, not 24 x 10^9",
+            budget.kv_bytes
+            // (block // 2): "a token stores a key AND a value in every layer: the factor 2 is missing",
+            budget.num_blocks * 16: "that is in tokens; the question asks for blocks of 16 tokens",
+            (int(0.9 * 24 * GiB) - budget.weight_bytes // 2)
+            // block: "fp16 weights take 2 bytes per parameter",
+        },
+        rel=0,
+        what="(0.9 x 24 GiB - 2 bytes x parameters) // (bytes per token x 16)",
+    )
 
 
 # ---- 4.2 what a pow2 reservation wastes
@@ -50,13 +60,22 @@ def check_4_2(answer):
     request = Request(0, 0.0, tuple(range(300)), 300)
     asked = reservation_slots("pow2", request, MAX_LEN)
     block = BuddyAllocator.footprint(asked)
-    return numeric_answer(answer, block - request.total_len, {
-        asked - request.total_len: f"pow2 asks for {asked} slots, but the buddy allocator hands out a power of two: {block}",
-        block: "that is the whole block; the question asks how many of its slots never hold a token",
-        block - request.prompt_len: "the output's 300 tokens will fill slots too: subtract the true total length",
-        MAX_LEN - request.total_len: "that is what max reserves in vain; pow2 rounds the OUTPUT up to a power of two",
-        0: "the oracle's request has no slack, but even its block is rounded to a power of two",
-    }, rel=0, what="block of next_pow2(prompt + next_pow2(output)) slots, minus (prompt + output)")
+    return numeric_answer(
+        answer,
+        block - request.total_len,
+        {
+            asked
+            - request.total_len: f"pow2 asks for {asked} slots, but the buddy allocator hands out a power of two: {block}",
+            block: "that is the whole block; the question asks how many of its slots never hold a token",
+            block
+            - request.prompt_len: "the output's 300 tokens will fill slots too: subtract the true total length",
+            MAX_LEN
+            - request.total_len: "that is what max reserves in vain; pow2 rounds the OUTPUT up to a power of two",
+            0: "the oracle's request has no slack, but even its block is rounded to a power of two",
+        },
+        rel=0,
+        what="block of next_pow2(prompt + next_pow2(output)) slots, minus (prompt + output)",
+    )
 
 
 # ---- 4.3 a half-empty reservation
@@ -70,13 +89,22 @@ def solve_4_3() -> float:
 def check_4_3(answer):
     prompt, output = 100, 400
     expected = sum(prompt + k for k in range(1, output + 1)) / output / (prompt + output)
-    return numeric_answer(answer, expected, {
-        0.5: "the prompt's 100 tokens are there from the start: hold prompt + k tokens at step k",
-        output / (prompt + output): "that is the output's share of the reservation; average what is held over the steps",
-        prompt / (prompt + output): "the request grows: at step k it holds prompt + k tokens",
-        1 - expected: "that is the empty fraction; the question asks for the fraction holding tokens",
-        100 * expected: "give a fraction between 0 and 1, not a percentage",
-    }, rel=0.01, what="the mean of (100 + k) / 500 over k = 1..400")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            0.5: "the prompt's 100 tokens are there from the start: hold prompt + k tokens at step k",
+            output
+            / (
+                prompt + output
+            ): "that is the output's share of the reservation; average what is held over the steps",
+            prompt / (prompt + output): "the request grows: at step k it holds prompt + k tokens",
+            1 - expected: "that is the empty fraction; the question asks for the fraction holding tokens",
+            100 * expected: "give a fraction between 0 and 1, not a percentage",
+        },
+        rel=0.01,
+        what="the mean of (100 + k) / 500 over k = 1..400",
+    )
 
 
 # ---- 4.4 batch size and throughput
@@ -93,16 +121,27 @@ def check_4_4(answer):
     step = roofline_step_model("OPT-13B")
     # 16.5 ms, 82 µs and 0.53 µs, as the exercise states them
     fixed, per_seq, per_token = round(step.fixed_s, 4), round(step.per_seq_s, 6), round(step.per_context_s, 8)
-    rate = lambda batch, context, seq=per_seq, token=per_token: batch / (fixed + seq * batch + token * context)  # noqa: E731
+    rate = lambda batch, context, seq=per_seq, token=per_token: (
+        batch / (fixed + seq * batch + token * context)
+    )  # noqa: E731
     expected = rate(30, 15_000) / rate(15, 7_500)
-    return numeric_answer(answer, expected, {
-        2.0: "twice the batch computes twice the tokens and reads twice the cache: add both to each step",
-        1 / expected: "that is the oracle over paging; the question asks for paging over the oracle",
-        rate(30, 15_000, seq=0) / rate(15, 7_500, seq=0): "each running sequence also costs 82 µs of arithmetic per step",
-        rate(30, 15_000, token=0) / rate(15, 7_500, token=0): "each cached token read also costs 0.53 µs per step",
-        rate(30, 15_000, token=1e-3 * 0.53) / rate(15, 7_500, token=1e-3 * 0.53): "0.53 µs is 0.53e-6 s, not 0.53e-3",
-        1.0: "each step generates one token per running request: more requests per step means more tokens",
-    }, rel=0.01, what="(30 / t_paged) / (15 / t_oracle) with t = 16.5 ms + 82 µs x sequences + 0.53 µs x cached tokens")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            2.0: "twice the batch computes twice the tokens and reads twice the cache: add both to each step",
+            1 / expected: "that is the oracle over paging; the question asks for paging over the oracle",
+            rate(30, 15_000, seq=0)
+            / rate(15, 7_500, seq=0): "each running sequence also costs 82 µs of arithmetic per step",
+            rate(30, 15_000, token=0)
+            / rate(15, 7_500, token=0): "each cached token read also costs 0.53 µs per step",
+            rate(30, 15_000, token=1e-3 * 0.53)
+            / rate(15, 7_500, token=1e-3 * 0.53): "0.53 µs is 0.53e-6 s, not 0.53e-3",
+            1.0: "each step generates one token per running request: more requests per step means more tokens",
+        },
+        rel=0.01,
+        what="(30 / t_paged) / (15 / t_oracle) with t = 16.5 ms + 82 µs x sequences + 0.53 µs x cached tokens",
+    )
 
 
 # ---- 4.5 the pow2 policy as code
@@ -120,8 +159,18 @@ def solve_4_5():
 def check_4_5(answer):
     if not callable(answer):
         return "answer with a function pow2_slots(prompt_len, output_len, max_len) -> slots"
-    cases = [(40, 25, MAX_LEN), (10, 16, MAX_LEN), (1, 1, MAX_LEN), (10, 17, MAX_LEN), (161, 338, MAX_LEN), (500, 512, MAX_LEN),
-             (7, 1000, MAX_LEN), (1500, 540, MAX_LEN), (300, 300, 700), (3, 5, 10)]
+    cases = [
+        (40, 25, MAX_LEN),
+        (10, 16, MAX_LEN),
+        (1, 1, MAX_LEN),
+        (10, 17, MAX_LEN),
+        (161, 338, MAX_LEN),
+        (500, 512, MAX_LEN),
+        (7, 1000, MAX_LEN),
+        (1500, 540, MAX_LEN),
+        (300, 300, 700),
+        (3, 5, 10),
+    ]
     for prompt, output, max_len in cases:
         expected = reservation_slots("pow2", Request(0, 0.0, (0,) * prompt, output), max_len)
         try:

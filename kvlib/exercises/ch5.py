@@ -8,9 +8,9 @@ the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib import levers
+from kvlib import gpus, levers
 from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
-from kvlib.sizing import GiB
+from kvlib.units import GiB
 
 # ---- 5.1 the factors multiply
 
@@ -25,14 +25,24 @@ def solve_5_1() -> int:
 def check_5_1(answer):
     chain = levers.lever_chain("Llama-2-7B", levers=levers.LEVERS[:3], dtype="int8")
     expected = chain[-1].bytes_per_token
-    return numeric_answer(answer, expected, {
-        expected * 16 / 18: "an int8 cache also stores one fp16 scale and one fp16 zero point per 32 numbers: 1.125 bytes per number, not 1",
-        expected * 16 / 9: "you kept 2 bytes per number; the int8 cache takes 1 byte plus its scales",
-        expected * 8: "the hybrid keeps attention in 4 of the 32 layers: divide by 8 as well",
-        expected * 4: "GQA-8 keeps 8 of the 32 KV heads: divide by 4 as well",
-        expected * 17 / 18: "the scales are an fp16 scale AND an fp16 zero point per 32 numbers (4 bytes per group)",
-        expected / 2: "a token stores a key AND a value per KV head and layer",
-    }, rel=0, what="524,288 x 1/4 x 9/16 x 1/8")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            expected
+            * 16
+            / 18: "an int8 cache also stores one fp16 scale and one fp16 zero point per 32 numbers: 1.125 bytes per number, not 1",
+            expected * 16 / 9: "you kept 2 bytes per number; the int8 cache takes 1 byte plus its scales",
+            expected * 8: "the hybrid keeps attention in 4 of the 32 layers: divide by 8 as well",
+            expected * 4: "GQA-8 keeps 8 of the 32 KV heads: divide by 4 as well",
+            expected
+            * 17
+            / 18: "the scales are an fp16 scale AND an fp16 zero point per 32 numbers (4 bytes per group)",
+            expected / 2: "a token stores a key AND a value per KV head and layer",
+        },
+        rel=0,
+        what="524,288 x 1/4 x 9/16 x 1/8",
+    )
 
 
 # ---- 5.2 a hybrid's fixed state against its cache
@@ -47,13 +57,24 @@ def solve_5_2() -> int:
 def check_5_2(answer):
     hybrid = levers.lever_chain("Llama-2-7B")[3]
     expected = hybrid.state_bytes / hybrid.bytes_per_token
-    return numeric_answer(answer, expected, {
-        expected * 32 / 28: "only the 28 layers without attention are Mamba layers; the other 4 keep the KV cache",
-        expected / 2: "half the answer: the variant's cache is fp8 (8,192 bytes per token, not fp16's 16,384), and Mamba "
-                      "has expand x hidden = 2 x 4,096 = 8,192 channels per layer",
-        expected * 16 / 20: "each channel keeps its 16 SSM numbers AND the last 4 inputs of its convolution",
-        expected * 4 / 20: "each channel keeps its 4 convolution inputs AND 16 SSM numbers",
-    }, rel=1e-3, what="state bytes (28 x 8,192 x 20 x 2) / KV bytes per token (8,192)")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            expected
+            * 32
+            / 28: "only the 28 layers without attention are Mamba layers; the other 4 keep the KV cache",
+            expected
+            / 2: "half the answer: the variant's cache is fp8 (8,192 bytes per token, not fp16's 16,384), and Mamba "
+            "has expand x hidden = 2 x 4,096 = 8,192 channels per layer",
+            expected
+            * 16
+            / 20: "each channel keeps its 16 SSM numbers AND the last 4 inputs of its convolution",
+            expected * 4 / 20: "each channel keeps its 4 convolution inputs AND 16 SSM numbers",
+        },
+        rel=1e-3,
+        what="state bytes (28 x 8,192 x 20 x 2) / KV bytes per token (8,192)",
+    )
 
 
 # ---- 5.3 a doubled batch is not doubled throughput
@@ -67,16 +88,22 @@ def solve_5_3() -> float:
 
 
 def check_5_3(answer):
-    step = levers.roofline_step(levers.base_variant("Llama-2-7B"))
+    step = levers.variant_step_model(levers.base_variant("Llama-2-7B"))
     rate = lambda batch: batch / (step.fixed_s + step.per_seq_s * batch)  # noqa: E731
     expected = rate(256) / rate(128)
-    return numeric_answer(answer, expected, {
-        2.0: "each sequence's token also costs 2 x parameters FLOPs: at these batches compute is no longer free",
-        1 / expected: "that is batch 128 over batch 256; the question asks 256 over 128",
-        1.0: "each step makes one token per sequence: twice the batch makes more tokens per step",
-        (256 / (step.fixed_s / 2 + 256 * step.per_seq_s)) / (128 / (step.fixed_s / 2 + 128 * step.per_seq_s)):
-            "fp16 weights take 2 bytes per parameter",
-    }, rel=0.005, what="(256 / t(256)) / (128 / t(128)) with t(b) = 8.67 ms + b x 43.2 µs")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            2.0: "each sequence's token also costs 2 x parameters FLOPs: at these batches compute is no longer free",
+            1 / expected: "that is batch 128 over batch 256; the question asks 256 over 128",
+            1.0: "each step makes one token per sequence: twice the batch makes more tokens per step",
+            (256 / (step.fixed_s / 2 + 256 * step.per_seq_s))
+            / (128 / (step.fixed_s / 2 + 128 * step.per_seq_s)): "fp16 weights take 2 bytes per parameter",
+        },
+        rel=0.005,
+        what="(256 / t(256)) / (128 / t(128)) with t(b) = 8.67 ms + b x 43.2 µs",
+    )
 
 
 # ---- 5.4 what a shared system prompt saves
@@ -90,13 +117,22 @@ def solve_5_4() -> float:
 def check_5_4(answer):
     per_token = levers.lever_chain("Llama-2-7B")[5].bytes_per_token
     expected = (248 - 1) * 256 * per_token / 2**20
-    return numeric_answer(answer, expected, {
-        248 * 256 * per_token / 2**20: "one copy of the system prompt is still stored: 247 copies are saved, not 248",
-        expected * 2**20: "that is in bytes; answer in MiB (2^20 bytes)",
-        expected * 2**20 / 1e6: "that is in MB of 10^6 bytes; answer in MiB (2^20 bytes)",
-        expected * 2: "the variant's cache is fp8: 8,192 bytes per token",
-        (248 - 1) * 256: "that counts tokens; multiply by 8,192 bytes per token",
-    }, rel=1e-3, what="(248 - 1) x 256 tokens x 8,192 bytes / 2^20")
+    return numeric_answer(
+        answer,
+        expected,
+        {
+            248
+            * 256
+            * per_token
+            / 2**20: "one copy of the system prompt is still stored: 247 copies are saved, not 248",
+            expected * 2**20: "that is in bytes; answer in MiB (2^20 bytes)",
+            expected * 2**20 / 1e6: "that is in MB of 10^6 bytes; answer in MiB (2^20 bytes)",
+            expected * 2: "the variant's cache is fp8: 8,192 bytes per token",
+            (248 - 1) * 256: "that counts tokens; multiply by 8,192 bytes per token",
+        },
+        rel=1e-3,
+        what="(248 - 1) x 256 tokens x 8,192 bytes / 2^20",
+    )
 
 
 # ---- 5.5 the KV budget of any variant, as code
@@ -105,8 +141,15 @@ def check_5_4(answer):
 def solve_5_5():
     """Usable memory minus weights minus the states of every sequence that may run, in whole blocks."""
 
-    def kv_slots(gpu_bytes: int, num_parameters: int, bytes_per_token: int, state_bytes: int = 0,
-                 max_num_seqs: int = 256, memory_fraction: float = 0.9, block_size: int = 16) -> int:
+    def kv_slots(
+        gpu_bytes: int,
+        num_parameters: int,
+        bytes_per_token: int,
+        state_bytes: int = 0,
+        max_num_seqs: int = 256,
+        memory_fraction: float = 0.9,
+        block_size: int = 16,
+    ) -> int:
         free = int(gpu_bytes * memory_fraction) - 2 * num_parameters - max_num_seqs * state_bytes
         return free // (bytes_per_token * block_size) * block_size
 
@@ -116,11 +159,11 @@ def solve_5_5():
 def check_5_5(answer):
     if not callable(answer):
         return "answer with a function kv_slots(gpu_bytes, num_parameters, bytes_per_token, state_bytes) -> token slots"
-    gpus = (levers.A100_40GB, levers.GPU("80 GiB GPU", 80 * GiB, 2e12, 5e14))
+    devices = (gpus.A100_40GB, gpus.GPU("80 GiB GPU", 80 * GiB, 2e12, 5e14))
     variants = levers.lever_chain("Llama-2-7B") + levers.alone_variants("Llama-2-7B")
-    for gpu in gpus:
+    for gpu in devices:
         for v in variants:
-            budget = levers.kv_budget(v, gpu)
+            budget = levers.variant_kv_budget(v, gpu)
             try:
                 got = answer(gpu.memory_bytes, v.num_parameters, v.bytes_per_token, v.state_bytes)
             except Exception as error:  # the reader's code: report, do not crash
@@ -132,7 +175,10 @@ def check_5_5(answer):
                 return f"{label}: a paged cache is handed out in whole blocks of 16; round the slots down to a multiple of 16"
             if got == budget.num_blocks:
                 return f"{label}: that is in blocks; return token slots (blocks x 16)"
-            if v.state_bytes and got == (budget.kv_bytes + 256 * v.state_bytes) // (16 * v.bytes_per_token) * 16:
+            if (
+                v.state_bytes
+                and got == (budget.kv_bytes + 256 * v.state_bytes) // (16 * v.bytes_per_token) * 16
+            ):
                 return f"{label}: set aside the Mamba state of every sequence that may run (256), before the cache"
             if got > budget.num_slots:
                 return f"{label}: {got:,} is too many; a server uses only 90% of the GPU's memory"

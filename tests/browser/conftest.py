@@ -22,11 +22,21 @@ from tests.toc import ROOT
 HTML_DIR = Path(os.environ.get("KVBOOK_HTML", ROOT / "_build" / "html")).resolve()
 ARTIFACTS = Path(os.environ.get("KVBOOK_ARTIFACTS", ROOT / "test-artifacts")).resolve()
 SKIP_BROWSER = os.environ.get("KVBOOK_SKIP_BROWSER", "") not in ("", "0")
-INSTALL = ("install it with `apt-get install chromium` (Debian/Ubuntu, as root), or set KVBOOK_CHROMIUM to a "
-           "Chromium binary; KVBOOK_SKIP_BROWSER=1 skips the browser tests")
+INSTALL = (
+    "install it with `apt-get install chromium` (Debian/Ubuntu, as root), or set KVBOOK_CHROMIUM to a "
+    "Chromium binary; KVBOOK_SKIP_BROWSER=1 skips the browser tests"
+)
 # Flags that keep Chromium from talking to Google's hosts on its own (updates, sync, QUIC probes).
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 NOT_PAGES = {"genindex.html", "search.html"}
 
 
@@ -34,15 +44,20 @@ def built_pages(html_dir: Path = HTML_DIR) -> list[str]:
     """Every HTML page of the built book, relative to its root (new chapters are found automatically)."""
     if not html_dir.is_dir():
         return []
-    return sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html")
-                  if p.name not in NOT_PAGES and not p.relative_to(html_dir).parts[0].startswith("_"))
+    return sorted(
+        p.relative_to(html_dir).as_posix()
+        for p in html_dir.rglob("*.html")
+        if p.name not in NOT_PAGES and not p.relative_to(html_dir).parts[0].startswith("_")
+    )
 
 
 def pytest_collection_modifyitems(config, items):
     if not SKIP_BROWSER:
         return
-    skip = pytest.mark.skip(reason="KVBOOK_SKIP_BROWSER is set: the browser tests did NOT run "
-                                   "(unset it to run them; they need Chromium: `apt-get install chromium`)")
+    skip = pytest.mark.skip(
+        reason="KVBOOK_SKIP_BROWSER is set: the browser tests did NOT run "
+        "(unset it to run them; they need Chromium: `apt-get install chromium`)"
+    )
     for item in items:
         if Path(str(item.fspath)).parent == Path(__file__).parent:
             item.add_marker(skip)
@@ -51,8 +66,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def html_dir() -> Path:
     if not (HTML_DIR / "index.html").is_file():
-        pytest.fail(f"no built book at {HTML_DIR} (index.html missing): run `make build-check` or `make book` "
-                    f"first, or point KVBOOK_HTML at a built _build/html folder", pytrace=False)
+        pytest.fail(
+            f"no built book at {HTML_DIR} (index.html missing): run `make build-check` or `make book` "
+            f"first, or point KVBOOK_HTML at a built _build/html folder",
+            pytrace=False,
+        )
     return HTML_DIR
 
 
@@ -82,8 +100,11 @@ def find_chromium() -> str | None:
 def chromium() -> str:
     path = find_chromium()
     if path is None:
-        where = f"KVBOOK_CHROMIUM={os.environ['KVBOOK_CHROMIUM']} is not an executable" \
-            if os.environ.get("KVBOOK_CHROMIUM") else "no Chromium found on PATH (chromium, chromium-browser)"
+        where = (
+            f"KVBOOK_CHROMIUM={os.environ['KVBOOK_CHROMIUM']} is not an executable"
+            if os.environ.get("KVBOOK_CHROMIUM")
+            else "no Chromium found on PATH (chromium, chromium-browser)"
+        )
         pytest.fail(f"browser tests need Chromium: {where}; {INSTALL}", pytrace=False)
     return path
 
@@ -94,12 +115,18 @@ def browser(chromium, tmp_path_factory):
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail("the browser tests need the python package playwright (requirements.txt): run `make test`",
-                    pytrace=False)
+        pytest.fail(
+            "the browser tests need the python package playwright (requirements.txt): run `make test`",
+            pytrace=False,
+        )
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium,
-            headless=True, args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 900})
+            user_data_dir=str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=chromium,
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1280, "height": 900},
+        )
         yield context
         context.close()
 

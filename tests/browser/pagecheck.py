@@ -59,8 +59,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def serve(html_dir: Path):
     """Serve ``html_dir`` with a Python http.server thread on 127.0.0.1 (a free port); yields the base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_QuietHandler, directory=str(html_dir)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(html_dir))
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -107,7 +108,12 @@ def open_page(context, url: str, problems: list[str]):
             route.abort()
 
     page.route("**/*", route)
-    page.on("console", lambda m: m.type == "error" and problems.append(f"console error: {m.text} {m.location.get('url', '')}"))
+    page.on(
+        "console",
+        lambda m: (
+            m.type == "error" and problems.append(f"console error: {m.text} {m.location.get('url', '')}")
+        ),
+    )
     page.on("pageerror", lambda e: problems.append(f"uncaught exception: {e}"))
     page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
     page.on("websocket", lambda ws: problems.append(f"websocket: {ws.url}"))
@@ -115,8 +121,9 @@ def open_page(context, url: str, problems: list[str]):
     return page
 
 
-def check_page(context, base_url: str, page_path: str, html_dir: Path, links: LinkChecker,
-               screenshot: Path | None = None) -> list[str]:
+def check_page(
+    context, base_url: str, page_path: str, html_dir: Path, links: LinkChecker, screenshot: Path | None = None
+) -> list[str]:
     """Everything wrong with one page, as readable lines (empty when the page is fine)."""
     problems: list[str] = []
     page = open_page(context, base_url + page_path, problems)
@@ -133,8 +140,9 @@ def check_page(context, base_url: str, page_path: str, html_dir: Path, links: Li
                 problems.append("the page has math but loads no MathJax")
             else:
                 try:
-                    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                                           timeout=WAIT_MS)
+                    page.wait_for_function(
+                        "() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=WAIT_MS
+                    )
                     page.evaluate("() => MathJax.startup.promise")
                 except Exception as error:  # report it with the page's other problems, not as a traceback
                     problems.append(f"MathJax did not start: {str(error).splitlines()[0]}")

@@ -15,10 +15,13 @@ import re
 
 import pytest
 
-from kvlib import KVLibError, webcalc
-from kvlib.calculator import capacity_report
-from kvlib.sizing import (GiB, bytes_per_token, cache_bytes, catalog_entry, catalog_names, max_batch, max_context,
-                          weight_bytes)
+from kvlib import KVLibError
+from kvlib.sizing import web_calculator as webcalc
+from kvlib.sizing.widget import capacity_report
+from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
+from kvlib.sizing.catalog import catalog_entry, catalog_names
+from kvlib.sizing.spec import bytes_per_token, cache_bytes
+from kvlib.units import GiB
 from tests.browser.pagecheck import WAIT_MS, open_page
 
 PAGE = "book/02_cache_size.html"
@@ -30,15 +33,32 @@ CASES = [
     ("MHA, the article's formula", dict(model="Llama-2-7B", context=4096, batch=1, kv_dtype="fp16")),
     ("GQA", dict(model="Llama-3-8B", context=8192, batch=8)),
     ("sliding window on every layer, past it", dict(model="Mistral-7B-v0.1", context=32768, batch=4)),
-    ("windows on alternate layers, past them", dict(model="Gemma-2-9B", context=8192, batch=2, kv_dtype="bf16")),
-    ("MLA on eight 141 GiB GPUs, fp8 weights", dict(model="DeepSeek-V3", context=65536, batch=16, kv_dtype="fp8",
-                                                   gpu_gib=1128.0, weight_dtype="fp8", overhead_gib=32.0)),
+    (
+        "windows on alternate layers, past them",
+        dict(model="Gemma-2-9B", context=8192, batch=2, kv_dtype="bf16"),
+    ),
+    (
+        "MLA on eight 141 GiB GPUs, fp8 weights",
+        dict(
+            model="DeepSeek-V3",
+            context=65536,
+            batch=16,
+            kv_dtype="fp8",
+            gpu_gib=1128.0,
+            weight_dtype="fp8",
+            overhead_gib=32.0,
+        ),
+    ),
     ("cross-attention", dict(model="Whisper-large-v3", context=448, batch=64, gpu_gib=24.0)),
-    ("int4 cache and weights, scales included", dict(model="Llama-3-70B", context=8192, batch=4, kv_dtype="int4",
-                                                     weight_dtype="int4")),
+    (
+        "int4 cache and weights, scales included",
+        dict(model="Llama-3-70B", context=8192, batch=4, kv_dtype="int4", weight_dtype="int4"),
+    ),
     ("capacity: weights alone do not fit", dict(model="Llama-2-70B", context=4096, batch=1)),
-    ("capacity: a 24 GiB GPU", dict(model="Qwen2.5-7B", context=32768, batch=2, kv_dtype="int8", gpu_gib=24.0,
-                                    overhead_gib=2.5)),
+    (
+        "capacity: a 24 GiB GPU",
+        dict(model="Qwen2.5-7B", context=32768, batch=2, kv_dtype="int8", gpu_gib=24.0, overhead_gib=2.5),
+    ),
     ("hybrid: 4 attention layers of 32", dict(model="Jamba-v0.1", context=262144, batch=3, gpu_gib=141.0)),
     ("a halfway GiB value rounds to even", dict(model="Llama-2-7B", context=128, batch=1)),
 ]
@@ -77,10 +97,14 @@ def kvlib_numbers(inputs: dict) -> dict:
     spec, kv, context, batch = entry.spec, i["kv_dtype"], i["context"], i["batch"]
     weights = weight_bytes(entry.num_parameters, i["weight_dtype"])
     gpu, overhead = int(i["gpu_gib"] * GiB), int(i["overhead_gib"] * GiB)
-    report = capacity_report(i["model"], context, batch, kv, i["gpu_gib"], i["weight_dtype"], i["overhead_gib"])
+    report = capacity_report(
+        i["model"], context, batch, kv, i["gpu_gib"], i["weight_dtype"], i["overhead_gib"]
+    )
     return {
-        "per_token": bytes_per_token(spec, kv), "per_sequence": cache_bytes(spec, context, 1, kv),
-        "batch": cache_bytes(spec, context, batch, kv), "weights": weights,
+        "per_token": bytes_per_token(spec, kv),
+        "per_sequence": cache_bytes(spec, context, 1, kv),
+        "batch": cache_bytes(spec, context, batch, kv),
+        "weights": weights,
         "gpu_share": round(100 * report["gpu_fraction"], 1),
         "max_batch": max_batch(spec, context, gpu, weights, overhead, kv),
         "max_context": max_context(spec, batch, gpu, weights, overhead, kv),
@@ -109,8 +133,11 @@ def test_typed_inputs_show_kvlibs_numbers(calculator, screenshots, why, inputs):
     assert problems == []
 
 
-@pytest.mark.parametrize("inputs", [dict(context=9000), dict(batch=0), dict(gpu_gib=0.0), dict(batch=100_001)],
-                         ids=["context beyond the model", "batch 0", "no GPU memory", "batch over the limit"])
+@pytest.mark.parametrize(
+    "inputs",
+    [dict(context=9000), dict(batch=0), dict(gpu_gib=0.0), dict(batch=100_001)],
+    ids=["context beyond the model", "batch 0", "no GPU memory", "batch over the limit"],
+)
 def test_bad_inputs_show_kvlibs_message(calculator, inputs):
     page, root, problems = calculator
     values = {**webcalc.DEFAULTS, **inputs}
@@ -130,12 +157,27 @@ def test_every_catalog_model_and_dtype_agrees(calculator):
     cases = []
     for model, kv, weights in itertools.product(catalog_names(), webcalc.KV_CHOICES, webcalc.WEIGHT_CHOICES):
         longest = catalog_entry(model).spec.max_context
-        for context, batch, gpu in ((1, 1, 80.0), (min(4097, longest), 7, 24.0), (longest, 100_000, 100_000.0)):
-            cases.append({**webcalc.DEFAULTS, "model": model, "context": context, "batch": batch, "kv_dtype": kv,
-                          "gpu_gib": gpu, "weight_dtype": weights})
-    shown = root.evaluate("""(root, cases) => cases.map(c => {
+        for context, batch, gpu in (
+            (1, 1, 80.0),
+            (min(4097, longest), 7, 24.0),
+            (longest, 100_000, 100_000.0),
+        ):
+            cases.append(
+                {
+                    **webcalc.DEFAULTS,
+                    "model": model,
+                    "context": context,
+                    "batch": batch,
+                    "kv_dtype": kv,
+                    "gpu_gib": gpu,
+                    "weight_dtype": weights,
+                }
+            )
+    shown = root.evaluate(
+        """(root, cases) => cases.map(c => {
         try { return root.kvcalcRows(c); } catch (e) { return 'error: ' + e.message; } })""",
-                          [{k: str(v) for k, v in c.items()} for c in cases])
+        [{k: str(v) for k, v in c.items()} for c in cases],
+    )
     expected = [[list(r) for r in webcalc.answer_rows(**c)] for c in cases]
     wrong = [(c, s, e) for c, s, e in zip(cases, shown, expected) if s != e]
     assert wrong == [], f"{len(wrong)} of {len(cases)} disagree, first: {wrong[0]}"

@@ -40,8 +40,10 @@ def test_page(page_path, html_dir, book_url, browser, links, screenshots):
 
 # ---- the checker itself must catch each problem (on a small hand-made site, no Sphinx needed)
 
-PNG_1x1 = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
-                        "0000000d49444154789c63f8cfc0f01f0005000201a2fd5e6a0000000049454e44ae426082")
+PNG_1x1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c63f8cfc0f01f0005000201a2fd5e6a0000000049454e44ae426082"
+)
 GOOD = """<!DOCTYPE html><html><head><title>good</title></head><body><main>
 <h1 id="top">Good</h1><p>Prices are $5 and $6.</p><img src="dot.png" alt="dot">
 <a href="good.html#top">here</a> <a href="bad.html">bad</a> <a href="https://example.org/">away</a>
@@ -73,11 +75,17 @@ def test_checker_accepts_a_good_page(broken_site, browser):
 def test_checker_catches_each_problem(broken_site, browser):
     site, url = broken_site
     report = "\n".join(check_page(browser, url, "bad.html", site, LinkChecker()))
-    for expected in ["request leaves localhost: https://cdn.jsdelivr.net/npm/some-lib/lib.js",
-                     "console error: boom", "uncaught exception: uncaught!",
-                     "raw \\( left in the text", "raw $$ left in the text",
-                     "the page has math but loads no MathJax", "math not typeset: " + repr("\\(z\\)"),
-                     "HTTP 404: " + url + "missing.png", "image does not load: " + url + "missing.png",
-                     "broken link: " + url + "nowhere.html -> HTTP 404",
-                     "broken link: " + url + "good.html#no-such-id -> no element with id 'no-such-id'"]:
+    for expected in [
+        "request leaves localhost: https://cdn.jsdelivr.net/npm/some-lib/lib.js",
+        "console error: boom",
+        "uncaught exception: uncaught!",
+        "raw \\( left in the text",
+        "raw $$ left in the text",
+        "the page has math but loads no MathJax",
+        "math not typeset: " + repr("\\(z\\)"),
+        "HTTP 404: " + url + "missing.png",
+        "image does not load: " + url + "missing.png",
+        "broken link: " + url + "nowhere.html -> HTTP 404",
+        "broken link: " + url + "good.html#no-such-id -> no element with id 'no-such-id'",
+    ]:
         assert expected in report, f"the checker missed {expected!r}; it reported:\n{report}"

@@ -1,0 +1,106 @@
+"""Contiguous KV caches for ``kvlib.model``: one preallocated and written in place, one grown by concatenation.
+
+Both implement the model's two-method cache protocol (``prepare``, ``attend``). Chapter 1
+compares them: the preallocated cache writes each new token's K and V into its slot,
+while the concatenating cache copies everything it holds at every step, which is the
+trap of growing arrays with ``torch.cat`` / ``np.vstack``. Chapter 2 checks their byte
+counts against the size formula.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvlib import KVLibError
+from kvlib.model.attention import grouped_attention
+from kvlib.model.config import ModelConfig
+
+
+class ContiguousKVCache:
+    """K and V of every layer in two preallocated tensors, (layers, batch, kv_heads, max_len, head_dim).
+
+    All sequences of the batch have the same length; ``length`` tokens are filled.
+    """
+
+    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None, dtype=torch.float32):
+        if batch_size < 1 or max_len < 1:
+            raise KVLibError(f"batch_size and max_len must be positive, not {batch_size} and {max_len}")
+        shape = (config.num_layers, batch_size, config.num_kv_heads, max_len, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.max_len = max_len
+        self.length = 0
+        self._start = 0
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes held by the K and V tensors (the whole reservation, filled or not)."""
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+
+    def prepare(self, num_new: int) -> torch.Tensor:
+        if self.length + num_new > self.max_len:
+            raise KVLibError(f"cache full: {self.length} + {num_new} tokens exceed max_len {self.max_len}")
+        self._start, self.length = self.length, self.length + num_new
+        batch = self.k.shape[1]
+        return torch.arange(self._start, self.length, device=self.k.device).expand(batch, num_new)
+
+    def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        start, end = self._start, self.length
+        self.k[layer, :, :, start:end] = k  # write in place: no copy of what is already stored
+        self.v[layer, :, :, start:end] = v
+        return grouped_attention(q, self.k[layer, :, :, :end], self.v[layer, :, :, :end], q_start=start)
+
+
+def kv_bytes_per_token(config: ModelConfig, dtype=torch.float32) -> int:
+    """Bytes one token's K and V take in every layer: 2 x layers x kv_heads x head_dim x element size."""
+    return (
+        2
+        * config.num_layers
+        * config.num_kv_heads
+        * config.head_dim
+        * torch.empty((), dtype=dtype).element_size()
+    )
+
+
+def concat_bytes_copied(
+    config: ModelConfig, num_steps: int, batch_size: int = 1, prompt_len: int = 1, dtype=torch.float32
+) -> int:
+    """Bytes a :class:`ConcatKVCache` copies while generating ``num_steps`` tokens after a prompt.
+
+    The first step stores the prompt's K and V (no copy); every later step builds new
+    tensors one token longer and copies the whole cache into them: prompt_len + 1,
+    prompt_len + 2, ... tokens, a total that grows with the square of the length.
+    """
+    lengths = range(prompt_len + 1, prompt_len + num_steps)
+    return batch_size * kv_bytes_per_token(config, dtype) * sum(lengths)
+
+
+class ConcatKVCache:
+    """K and V of every layer grown with ``torch.cat`` at every step (copies the whole cache each time).
+
+    ``bytes_copied`` counts the bytes that the concatenations have written so far.
+    """
+
+    def __init__(self, config: ModelConfig, device=None):
+        self.device = device
+        self.k: list[torch.Tensor | None] = [None] * config.num_layers
+        self.v: list[torch.Tensor | None] = [None] * config.num_layers
+        self.length = 0
+        self._start = 0
+        self.bytes_copied = 0
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v if t is not None)
+
+    def prepare(self, num_new: int) -> torch.Tensor:
+        self._start, self.length = self.length, self.length + num_new
+        return torch.arange(self._start, self.length, device=self.device)[None, :]
+
+    def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        if self.k[layer] is not None:
+            k = torch.cat([self.k[layer], k], dim=2)  # (batch, kv_heads, length, head_dim), a fresh copy
+            v = torch.cat([self.v[layer], v], dim=2)
+            self.bytes_copied += 2 * k.numel() * k.element_size()
+        self.k[layer], self.v[layer] = k, v
+        return grouped_attention(q, k, v, q_start=self._start)

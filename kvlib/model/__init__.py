@@ -1,0 +1,65 @@
+"""The models whose caches the book studies (chapters 1-3).
+
+- ``config``: :class:`ModelConfig` (the shape of a model) and :class:`KVCache`, the protocol
+  every cache implements for the model.
+- ``attention``: decode and prefill attention for MHA, GQA and MQA in three forms (grouped
+  einsum, repeat-K/V, PyTorch's SDPA).
+- ``rotary``: rotary position embeddings.
+- ``llama``: :class:`TinyLlama`, a Llama-style decoder small enough for a CPU.
+- ``encdec``: an encoder-decoder, whose cross-attention K/V do not grow (chapter 1).
+- ``hf``: the bridge to Hugging Face ``transformers`` (weights both ways, logits compared).
+
+The model knows only the :class:`KVCache` protocol; the caches themselves live in
+:mod:`kvlib.cache` and :mod:`kvlib.paged`, one layer up.
+"""
+
+from kvlib.model.attention import causal_mask, grouped_attention, repeat_kv_attention, sdpa_attention
+from kvlib.model.config import KVCache, ModelConfig
+from kvlib.model.encdec import CrossAttention, CrossKV, DecoderBlock, EncoderDecoder, FullAttention
+from kvlib.model.hf import (
+    CONFIG_FIELDS,
+    HF_PREFIX,
+    from_hf,
+    hf_config,
+    load_hf_weights,
+    max_logit_difference,
+    model_config_of,
+    quiet_transformers,
+    random_hf_llama,
+    to_hf,
+)
+from kvlib.model.llama import Attention, Block, MLP, RMSNorm, TinyLlama
+from kvlib.model.rotary import apply_rotary, new_token_rotary, rotary_cos_sin, rotary_inv_freq
+
+__all__ = [
+    "Attention",
+    "Block",
+    "CONFIG_FIELDS",
+    "CrossAttention",
+    "CrossKV",
+    "DecoderBlock",
+    "EncoderDecoder",
+    "FullAttention",
+    "HF_PREFIX",
+    "KVCache",
+    "MLP",
+    "ModelConfig",
+    "RMSNorm",
+    "TinyLlama",
+    "apply_rotary",
+    "causal_mask",
+    "from_hf",
+    "grouped_attention",
+    "hf_config",
+    "load_hf_weights",
+    "max_logit_difference",
+    "model_config_of",
+    "new_token_rotary",
+    "quiet_transformers",
+    "random_hf_llama",
+    "repeat_kv_attention",
+    "rotary_cos_sin",
+    "rotary_inv_freq",
+    "sdpa_attention",
+    "to_hf",
+]

@@ -1,0 +1,76 @@
+"""A tiny Llama-style decoder (RMSNorm, rotary positions, SwiGLU, grouped K/V heads).
+
+Chapter 1 generates text with it three ways (no cache, preallocated cache, cache grown
+by concatenation); chapter 3 runs it on a paged cache. Module and parameter names follow
+Hugging Face's ``LlamaForCausalLM`` so its weights load without renaming.
+
+The model does not know how its keys and values are stored. A forward pass asks the
+cache for the positions of the new tokens (``cache.prepare``), and each layer hands the
+cache its new K and V together with its queries (``cache.attend``); the cache stores
+them and returns the attention output. ``kvlib.cache`` has the contiguous caches,
+``kvlib.paged`` the paged one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from kvlib import KVLibError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the model. ``num_kv_heads`` picks MHA (= num_heads), GQA, or MQA (= 1)."""
+
+    vocab_size: int = 512
+    d_model: int = 256
+    num_layers: int = 4
+    num_heads: int = 8
+    num_kv_heads: int = 8
+    d_ff: int = 688
+    max_seq_len: int = 4096
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "d_ff",
+            "max_seq_len",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise KVLibError(f"ModelConfig.{name} must be a positive integer, not {value!r}")
+        if self.d_model % self.num_heads:
+            raise KVLibError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise KVLibError(
+                f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise KVLibError(
+                f"head_dim (d_model / num_heads = {self.head_dim}) must be even for rotary positions"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+class KVCache(Protocol):
+    """What the model needs from a cache (see ``kvlib.cache`` and ``kvlib.paged``)."""
+
+    def prepare(self, num_new: int) -> torch.Tensor:
+        """Make room for ``num_new`` tokens per sequence; return their positions, (batch, num_new)."""
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Store this layer's new k, v (batch, kv_heads, num_new, head_dim) and return the
+        attention of q (batch, heads, num_new, head_dim) over every stored token."""

@@ -1,0 +1,55 @@
+"""A tiny Llama-style decoder (RMSNorm, rotary positions, SwiGLU, grouped K/V heads).
+
+Chapter 1 generates text with it three ways (no cache, preallocated cache, cache grown
+by concatenation); chapter 3 runs it on a paged cache. Module and parameter names follow
+Hugging Face's ``LlamaForCausalLM`` so its weights load without renaming.
+
+The model does not know how its keys and values are stored. A forward pass asks the
+cache for the positions of the new tokens (``cache.prepare``), and each layer hands the
+cache its new K and V together with its queries (``cache.attend``); the cache stores
+them and returns the attention output. ``kvlib.cache`` has the contiguous caches,
+``kvlib.paged`` the paged one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvlib import KVLibError
+from kvlib.model.config import KVCache, ModelConfig
+
+
+def rotary_inv_freq(head_dim: int, theta: float, device=None) -> torch.Tensor:
+    """Angular speed of each of the head_dim / 2 rotated pairs (Llama's default RoPE), float32."""
+    return 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
+
+
+def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles for (batch, seq) positions: each (batch, 1, seq, head_dim).
+
+    The angles are float32 whatever the model's dtype, as in transformers: in 16 bits, the
+    angle of a position in the thousands would already be off by a large fraction of a turn.
+    """
+    angles = positions.float()[..., None] * inv_freq  # (batch, seq, head_dim / 2)
+    angles = torch.cat([angles, angles], dim=-1)[:, None]  # (batch, 1, seq, head_dim)
+    return angles.cos(), angles.sin()
+
+
+def new_token_rotary(tokens: torch.Tensor, cache: KVCache | None, config: ModelConfig):
+    """cos and sin for the tokens (batch, seq) of a forward pass: at the positions the cache
+    gives them, or at 0 .. seq-1 when there is no cache and the tokens are the whole sequence."""
+    batch, seq = tokens.shape
+    if cache is None:
+        if seq > config.max_seq_len:
+            raise KVLibError(f"sequence of {seq} tokens is longer than max_seq_len ({config.max_seq_len})")
+        positions = torch.arange(seq, device=tokens.device).expand(batch, seq)
+    else:
+        positions = cache.prepare(seq)
+    return rotary_cos_sin(positions, rotary_inv_freq(config.head_dim, config.rope_theta, tokens.device))
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (i, i + head_dim/2) of x (batch, heads, seq, head_dim) by the angles."""
+    first, second = x.chunk(2, dim=-1)
+    rotated = torch.cat([-second, first], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)

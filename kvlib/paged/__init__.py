@@ -1,0 +1,78 @@
+"""PagedAttention: the KV cache in fixed-size blocks (chapter 3).
+
+- ``block_pool``: the blocks themselves (:class:`KVCacheBlock`), their reference counts, the
+  free queue in LRU order and the prefix cache of full blocks by hash.
+- ``block_manager``: each sequence's block table, copy-on-write and prefix hashing.
+- ``usage``: what the blocks hold at a moment: statistics and snapshots for the figures.
+- ``kernels``: decode and prefill attention through block tables (gather, then attend).
+- ``paged_cache``: :class:`PagedKVCache`, the cache the model writes to and reads from.
+- ``generation``: the paged decode loop, and generation of one sequence or of branches
+  sharing a prompt.
+- ``kernel_overhead``: chapter 3's measurements: equality with the contiguous cache and the
+  paged kernel's cost.
+- ``reservation_waste``: memory lost by reserving the maximum length, against paging.
+"""
+
+from kvlib.paged.block_manager import Allocation, BlockManager, SequenceBlocks
+from kvlib.paged.block_pool import BlockPool, FreeBlockQueue, KVCacheBlock, hash_block_tokens
+from kvlib.paged.generation import BranchRun, PagedGeneration, decode_branches, generate_paged
+from kvlib.paged.kernel_overhead import (
+    DecodeCase,
+    KERNEL_MIN_LONGEST,
+    KernelSizes,
+    kernel_sizes,
+    paged_vs_contiguous_error,
+    random_decode_case,
+    time_decode_attention,
+    timing_case,
+    tokens_identical,
+)
+from kvlib.paged.kernels import (
+    GatherBuffer,
+    KeyMask,
+    QUERY_CHUNK,
+    attend_gathered,
+    gather_blocks,
+    key_mask,
+    paged_attention,
+    visibility_bias,
+)
+from kvlib.paged.memory_waste import ReservationWaste, reservation_waste
+from kvlib.paged.paged_cache import PagedKVCache
+from kvlib.paged.usage import BlockSnapshot, BlockUsage
+
+__all__ = [
+    "Allocation",
+    "BlockManager",
+    "BlockPool",
+    "BlockSnapshot",
+    "BlockUsage",
+    "BranchRun",
+    "DecodeCase",
+    "FreeBlockQueue",
+    "GatherBuffer",
+    "KERNEL_MIN_LONGEST",
+    "KVCacheBlock",
+    "KernelSizes",
+    "KeyMask",
+    "PagedGeneration",
+    "PagedKVCache",
+    "QUERY_CHUNK",
+    "ReservationWaste",
+    "SequenceBlocks",
+    "attend_gathered",
+    "decode_branches",
+    "gather_blocks",
+    "generate_paged",
+    "hash_block_tokens",
+    "kernel_sizes",
+    "key_mask",
+    "paged_attention",
+    "paged_vs_contiguous_error",
+    "random_decode_case",
+    "reservation_waste",
+    "time_decode_attention",
+    "timing_case",
+    "tokens_identical",
+    "visibility_bias",
+]

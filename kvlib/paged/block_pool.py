@@ -1,0 +1,114 @@
+"""The block pool behind a paged KV cache: blocks, reference counts, the free queue and the prefix cache (chapter 3).
+
+Plain Python, no tensors: a block is just an id. :class:`BlockPool` hands out free
+blocks, takes them back when no block table uses them any more, and remembers which
+full blocks hold which prefix (by a chained hash) so that a later request can reuse
+them. :class:`kvlib.paged.BlockManager` builds block tables on top of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvlib import KVLibError
+
+
+@dataclass(eq=False)
+class KVCacheBlock:
+    """One physical block of the pool: its id, how many block tables use it, and its prefix-cache hash."""
+
+    block_id: int
+    ref_cnt: int = 0
+    block_hash: str | None = None  # set while the block is registered in the prefix cache
+
+
+def hash_block_tokens(parent_hash: str | None, token_ids: Sequence[int]) -> str:
+    """Hash of a full block, chained over the previous block's hash and this block's token ids.
+
+    Two blocks get the same hash only if the whole prefix up to and including them is
+    equal, because the parent hash carries everything before. SHA-256 (shortened to 16 hex
+    digits for printing) is stable across runs and machines, unlike Python's ``hash``.
+    """
+    text = f"{parent_hash}|{','.join(map(str, token_ids))}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class FreeBlockQueue:
+    """Blocks with ``ref_cnt == 0`` in the order they were freed: the front is reused (or evicted) first.
+
+    An ``OrderedDict`` gives O(1) pop from the front, append at the back, and removal from
+    the middle (when a prefix-cache hit revives a freed block).
+    """
+
+    def __init__(self, blocks: Iterable[KVCacheBlock]):
+        self._queue: OrderedDict[int, KVCacheBlock] = OrderedDict((b.block_id, b) for b in blocks)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __contains__(self, block: KVCacheBlock) -> bool:
+        return block.block_id in self._queue
+
+    def popleft(self) -> KVCacheBlock:
+        return self._queue.popitem(last=False)[1]
+
+    def append(self, block: KVCacheBlock) -> None:
+        self._queue[block.block_id] = block
+
+    def remove(self, block: KVCacheBlock) -> None:
+        del self._queue[block.block_id]
+
+    def block_ids(self) -> list[int]:
+        return list(self._queue)
+
+
+class BlockPool:
+    """``num_blocks`` blocks, the free queue, and the prefix cache (block hash -> block)."""
+
+    def __init__(self, num_blocks: int):
+        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
+            raise KVLibError(f"num_blocks must be a positive integer, not {num_blocks!r}")
+        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
+        self.free_queue = FreeBlockQueue(self.blocks)
+        self.cached: dict[str, KVCacheBlock] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks no sequence uses (including cached ones that may still be revived)."""
+        return len(self.free_queue)
+
+    def get_new_blocks(self, num: int) -> list[KVCacheBlock]:
+        """Take ``num`` blocks from the front of the free queue, evicting their cached hashes."""
+        if num > self.num_free_blocks:
+            raise KVLibError(
+                f"asked for {num} blocks but only {self.num_free_blocks} are free (ask can_allocate first)"
+            )
+        blocks = [self.free_queue.popleft() for _ in range(num)]
+        for block in blocks:
+            if block.block_hash is not None:  # evict: its contents are about to be overwritten
+                del self.cached[block.block_hash]
+                block.block_hash = None
+            block.ref_cnt = 1
+        return blocks
+
+    def touch(self, block: KVCacheBlock) -> None:
+        """One more block table uses ``block`` (a prefix-cache hit or a fork)."""
+        if block.ref_cnt == 0:
+            self.free_queue.remove(block)
+        block.ref_cnt += 1
+
+    def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """One block table fewer uses each block; unused ones join the back of the free queue in order."""
+        for block in blocks:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self.free_queue.append(block)
+
+    def cache_block(self, block: KVCacheBlock, block_hash: str) -> None:
+        """Register a full block under its hash, unless an equal block is cached already."""
+        if block.block_hash is None and block_hash not in self.cached:
+            block.block_hash = block_hash
+            self.cached[block_hash] = block

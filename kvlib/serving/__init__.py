@@ -1,0 +1,156 @@
+"""Serving many requests in one KV budget (chapter 4): scheduler, memory policies, simulator and
+a real engine.
+
+- ``types``: what the scheduler and the memory share: :class:`SeqState`, :class:`StepPlan`,
+  the memory categories and the :class:`Memory` protocol.
+- ``traces``: seeded request traces with the vLLM paper's length statistics.
+- ``allocators``: contiguous allocators (buddy, first fit) for the reservation policies.
+- ``placement``: the memory policies (max, pow2, oracle reservation; paged blocks).
+- ``scheduler``: first-come-first-served continuous batching with preemption.
+- ``step_time``: the step-time model the simulator's clock uses, and its fit.
+- ``gpu_model``: a GPU from its data sheet: the KV budget a model leaves, the ideal step time.
+- ``results``: :class:`RunResult`, what a run (simulated or real) reports.
+- ``simulator``: the scheduler run on a step-time model.
+- ``engine``: the real engine: :mod:`kvlib.model` served on the paged cache.
+- ``calibration``: the engine's step times measured and fitted into a step-time model.
+- ``sharing``: parallel sampling and beam search sharing blocks.
+- ``policy_comparison``: chapter 4's experiments.
+"""
+
+from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
+from kvlib.serving.calibration import Calibration, DECODE_POINTS, PREFILL_LENGTHS, calibrate, decode_lengths
+from kvlib.serving.engine import (
+    engine_clock,
+    execute,
+    outputs_match_solo,
+    race_engine,
+    run_engine,
+    solo_tokens,
+)
+from kvlib.serving.gpu_model import KVBudget, kv_budget, roofline_step, roofline_step_model
+from kvlib.serving.placement import (
+    ALLOCATORS,
+    BlockCounter,
+    POLICIES,
+    PagedMemory,
+    ReservedMemory,
+    make_memory,
+    reservation_slots,
+)
+from kvlib.serving.policy_comparison import (
+    ENGINE_CONFIG,
+    ONE_PER_STEP,
+    PAPER_RATE_VS_MAX,
+    PAPER_RATE_VS_ORACLE,
+    PAPER_SAVING_BEAM,
+    PAPER_SAVING_PARALLEL,
+    PAPER_TOKEN_SHARE,
+    cap_table,
+    engine_model,
+    fixed_share,
+    latency_curve,
+    memory_table,
+    operating_point,
+    preemption_costs,
+    ratios,
+    regime_curve,
+    serve_policies,
+    share_needed,
+    watermark_sweep,
+    with_fixed_share,
+)
+from kvlib.serving.results import RunResult, result_from
+from kvlib.serving.scheduler import Scheduler, SchedulerConfig
+from kvlib.serving.sharing import (
+    BeamRun,
+    SharingCount,
+    beam_search,
+    beam_search_reference,
+    parallel_sampling_blocks,
+)
+from kvlib.serving.simulator import simulate
+from kvlib.serving.step_time import StepTimeModel, TERMS, fit_step_time
+from kvlib.serving.traces import (
+    ALPACA,
+    Request,
+    SHAREGPT,
+    TraceSpec,
+    clipped_lognormal_mean,
+    make_trace,
+    sample_lengths,
+    trace_stats,
+)
+from kvlib.serving.types import CATEGORIES, STEP_FIELDS, SeqState, StepPlan
+
+__all__ = [
+    "ALLOCATORS",
+    "ALPACA",
+    "BeamRun",
+    "BlockCounter",
+    "BuddyAllocator",
+    "CATEGORIES",
+    "Calibration",
+    "ContiguousAllocator",
+    "DECODE_POINTS",
+    "ENGINE_CONFIG",
+    "KVBudget",
+    "ONE_PER_STEP",
+    "PAPER_RATE_VS_MAX",
+    "PAPER_RATE_VS_ORACLE",
+    "PAPER_SAVING_BEAM",
+    "PAPER_SAVING_PARALLEL",
+    "PAPER_TOKEN_SHARE",
+    "POLICIES",
+    "PREFILL_LENGTHS",
+    "PagedMemory",
+    "Request",
+    "ReservedMemory",
+    "RunResult",
+    "SHAREGPT",
+    "STEP_FIELDS",
+    "Scheduler",
+    "SchedulerConfig",
+    "SeqState",
+    "SharingCount",
+    "StepPlan",
+    "StepTimeModel",
+    "TERMS",
+    "TraceSpec",
+    "beam_search",
+    "beam_search_reference",
+    "calibrate",
+    "cap_table",
+    "clipped_lognormal_mean",
+    "decode_lengths",
+    "engine_clock",
+    "engine_model",
+    "execute",
+    "fit_step_time",
+    "fixed_share",
+    "kv_budget",
+    "latency_curve",
+    "make_memory",
+    "make_trace",
+    "memory_table",
+    "next_pow2",
+    "operating_point",
+    "outputs_match_solo",
+    "parallel_sampling_blocks",
+    "preemption_costs",
+    "race_engine",
+    "ratios",
+    "regime_curve",
+    "reservation_slots",
+    "result_from",
+    "roofline_step",
+    "roofline_step_model",
+    "run_engine",
+    "sample_lengths",
+    "serve_policies",
+    "share_needed",
+    "simulate",
+    "solo_tokens",
+    "trace_stats",
+    "watermark_sweep",
+    "with_fixed_share",
+]

@@ -1,0 +1,182 @@
+"""The real serving engine: ``kvlib.model`` on a :class:`~kvlib.paged_attention.PagedKVCache`,
+scheduled by :class:`kvlib.serving.Scheduler`, and the calibration of the simulator's
+step-time model from measured steps (chapter 4).
+
+Every policy stores K/V in the same paged cache; what differs is admission. ``paged``
+takes blocks as tokens arrive and preempts (recomputes) when they run out; ``max``,
+``pow2`` and ``oracle`` admit a request only when its contiguous reservation fits in the
+budget, and the cache behind them gets spare blocks so that storage never limits them.
+Each step runs one forward pass per prefilled prompt (``PagedKVCache`` feeds every
+scheduled sequence the same number of tokens) and one for all decoding sequences.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from kvlib import KVLibError
+from kvlib.cache.generation import generate
+from kvlib.measure.timing import clock_for, one_cpu_thread, read_clock, synchronize
+from kvlib.model.llama import TinyLlama
+from kvlib.paged.paged_cache import PagedKVCache
+from kvlib.serving.placement import make_memory
+from kvlib.serving.results import RunResult, result_from
+from kvlib.serving.scheduler import Scheduler, SchedulerConfig
+from kvlib.serving.traces import Request
+from kvlib.serving.types import StepPlan
+
+
+def engine_clock(device: torch.device) -> str:
+    """How the engine's steps are timed: on the CPU (one thread) the thread's CPU time, which a
+    busy machine cannot stretch; on a GPU the wall clock (see :func:`kvlib.measure.time_it`)."""
+    return clock_for(device, 1 if torch.device(device).type == "cpu" else None)
+
+
+@torch.inference_mode()
+def execute(model: TinyLlama, cache: PagedKVCache, plan: StepPlan) -> list[int]:
+    """Run one step's forward passes; returns the greedy next token of every planned sequence (prefills first)."""
+    device = cache.k.device
+    tokens = []
+    for seq, num_cached in plan.prefills:
+        cache.schedule([seq.seq_id])
+        prompt = torch.tensor([seq.tokens[num_cached:]], device=device)  # (1, uncached tokens)
+        tokens.append(int(model(prompt, cache, last_only=True)[0, -1].argmax()))
+    if plan.decodes:
+        cache.schedule([s.seq_id for s in plan.decodes])
+        newest = torch.tensor([[s.tokens[-1]] for s in plan.decodes], device=device)  # (batch, 1)
+        tokens += model(newest, cache, last_only=True)[:, -1].argmax(dim=-1).tolist()
+    return tokens
+
+
+def run_engine(
+    model: TinyLlama,
+    requests: list[Request],
+    policy: str,
+    num_slots: int,
+    max_len: int,
+    block_size: int = 16,
+    config: SchedulerConfig = SchedulerConfig(),
+    progress: bool = True,
+    clock: str = "wall",
+) -> RunResult:
+    """Serve ``requests`` with the model under one policy and a budget of ``num_slots`` token slots.
+
+    Arrivals and finishing times follow the wall clock; requests whose arrival lies ahead
+    are waited for; ``steps["duration_s"]`` holds each step's wall-clock seconds, and
+    ``steps["clock_s"]`` the same steps read on ``clock`` (``"thread"``: the CPU time of
+    this thread, which :func:`race_engine` uses). Each finished request's tokens are in
+    ``result.finished[i].tokens`` (prompt, then its output).
+    """
+    device = model.lm_head.weight.device
+    if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
+        raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")
+    num_blocks = num_slots // block_size + (0 if policy == "paged" else config.max_num_seqs)
+    cache = PagedKVCache(
+        model.config,
+        num_blocks,
+        block_size,
+        device=device,
+        dtype=model.lm_head.weight.dtype,
+        enable_prefix_caching=False,
+    )
+    scheduler = Scheduler(
+        make_memory(policy, num_slots, max_len, block_size, manager=cache.manager), requests, config
+    )
+    durations, clocked = [], []  # per step: wall seconds (start + duration = finish), seconds on ``clock``
+    with (
+        one_cpu_thread(device),
+        tqdm(total=len(requests), desc=f"engine: {policy}", disable=not progress) as bar,
+    ):
+        start = time.perf_counter()
+        while scheduler.has_work():
+            now = time.perf_counter() - start
+            if not scheduler.running and not scheduler.waiting and scheduler.next_arrival() > now:
+                time.sleep(scheduler.next_arrival() - now)
+                now = time.perf_counter() - start
+            step_start = read_clock(clock)
+            plan = scheduler.schedule(now)
+            if plan.num_seqs == 0:
+                raise KVLibError(f"policy {policy}: nothing can run with {num_slots} slots")
+            tokens = execute(model, cache, plan)
+            synchronize(device)
+            clocked.append(read_clock(clock) - step_start)
+            end = time.perf_counter() - start
+            durations.append(end - now)
+            num_done = len(scheduler.finished)
+            scheduler.complete(plan, tokens, end)
+            bar.update(len(scheduler.finished) - num_done)
+    result = result_from(scheduler, policy, durations)
+    result.steps["clock_s"] = np.array(clocked)
+    return result
+
+
+def race_engine(
+    model: TinyLlama,
+    requests: list[Request],
+    policies,
+    num_slots: int,
+    max_len: int,
+    rounds: int = 3,
+    progress: bool = True,
+) -> dict[str, RunResult]:
+    """Serve the same requests under each policy ``rounds`` times, the policies interleaved in
+    every round, and time each step of a policy by its fastest of the rounds (chapter 4's real engine).
+
+    Every request must be queued at the start: the runs of one policy then schedule exactly
+    the same steps, and only the clock differs. A program that shares the machine can only
+    make a step slower, and a step is slowed in all rounds only if the load lasts through
+    all of them, so each step's fastest of a few runs is the fair measurement, as in
+    :func:`calibrate`; a policy's time is the sum over its steps (scheduling and forward
+    passes; the bookkeeping between steps is left out, for every policy alike). On the CPU
+    each step is read on the thread's CPU time (:func:`engine_clock`), which another
+    program's turns on the core do not stretch. Keeping each
+    policy's fastest whole run instead let a spell of load that covered most of the race,
+    but not all, favour whichever policy happened to run outside it.
+    """
+    if rounds < 1:
+        raise KVLibError(f"rounds must be at least 1, got {rounds}")
+    if any(r.arrival_s > 0 for r in requests):
+        raise KVLibError(
+            "race_engine needs every request queued at time 0, so that every run schedules the same steps"
+        )
+    runs: dict[str, list[RunResult]] = {policy: [] for policy in policies}
+    with tqdm(total=rounds * len(policies), desc="engine runs", disable=not progress) as bar:
+        for _ in range(rounds):
+            for policy in policies:
+                runs[policy].append(
+                    run_engine(
+                        model,
+                        requests,
+                        policy,
+                        num_slots,
+                        max_len,
+                        progress=False,
+                        clock=engine_clock(model.lm_head.weight.device),
+                    )
+                )
+                bar.update()
+    fastest = {}
+    for policy, results in runs.items():
+        durations = [r.steps["clock_s"] for r in results]
+        if len({len(d) for d in durations}) != 1:
+            raise KVLibError(f"policy {policy}: the runs scheduled different steps")
+        fastest[policy] = results[0].with_durations(np.min(durations, axis=0))
+        fastest[policy].steps.pop("clock_s")  # the retimed steps' durations replace it
+    return fastest
+
+
+def solo_tokens(model: TinyLlama, request: Request) -> list[int]:
+    """The request's output when it runs alone on the contiguous cache of chapter 1 (greedy)."""
+    device = model.lm_head.weight.device
+    prompt = torch.tensor([list(request.prompt)], device=device)
+    with one_cpu_thread(device):
+        return generate(model, prompt, request.output_len, "cache").tokens[0, request.prompt_len :].tolist()
+
+
+def outputs_match_solo(model: TinyLlama, result: RunResult) -> bool:
+    """Did every request of a run generate exactly what it generates alone?"""
+    return all(seq.generated == solo_tokens(model, seq.request) for seq in result.finished)

@@ -1,0 +1,97 @@
+"""Experiments of chapter 4: the KV budget of the vLLM paper's setup, the four policies on one
+trace, step-time regimes, latency against request rate, and ``bench()`` for
+``python -m kvlib bench``.
+
+The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our simulations
+use the KV budget that setup leaves (:func:`kv_budget`), the lengths of its traces
+(:mod:`kvlib.traces`), and a step-time model measured on this machine
+(:func:`kvlib.engine.calibrate`). :func:`roofline_step` estimates the A100's step times
+from its data sheet instead, so that both regimes can be set side by side; it is the one
+A100 model of the book (chapter 5's :func:`kvlib.levers.roofline_step` applies it to each
+variant of its lever chain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvlib import KVLibError
+from kvlib.gpus import A100_40GB, A100_BYTES, GPU, MEMORY_FRACTION
+from kvlib.serving.step_time import StepTimeModel
+from kvlib.sizing.capacity import weight_bytes
+from kvlib.sizing.catalog import catalog_entry
+from kvlib.sizing.spec import bytes_per_token
+from kvlib.units import GiB
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """How many KV blocks a model leaves on one GPU: (memory x fraction - weights) / bytes per block."""
+
+    model: str
+    gpu_bytes: int
+    weight_bytes: int
+    kv_bytes: int
+    bytes_per_token: int
+    block_size: int
+    num_blocks: int
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+def kv_budget(
+    model: str = "OPT-13B",
+    gpu_bytes: int = A100_BYTES,
+    memory_fraction: float = MEMORY_FRACTION,
+    block_size: int = 16,
+) -> KVBudget:
+    """The KV budget of a catalog model in fp16 on one GPU (kvlib.sizing's numbers, chapter 2)."""
+    entry = catalog_entry(model)
+    weights = weight_bytes(entry.num_parameters, "fp16")
+    kv = int(gpu_bytes * memory_fraction) - weights
+    per_token = bytes_per_token(entry.spec)
+    if kv < per_token * block_size:
+        raise KVLibError(f"{model} leaves no room for a KV block on a GPU of {gpu_bytes / GiB:.0f} GiB")
+    return KVBudget(model, gpu_bytes, weights, kv, per_token, block_size, kv // (per_token * block_size))
+
+
+def roofline_step(
+    num_parameters: int,
+    bytes_per_token: int,
+    state_bytes: int = 0,
+    gpu: GPU = A100_40GB,
+    name: str = "a model",
+) -> StepTimeModel:
+    """An ideal step on ``gpu`` from its data sheet, not a measurement: memory time plus compute time
+    (chapters 4 and 5 use this one model).
+
+    A decode step reads every fp16 weight once (fixed) and each cached token's K/V once (per
+    context token); every sequence computes 2 x parameters FLOPs for its token at peak speed
+    and reads and writes its fixed state, if it has one (per sequence: a Mamba layer's state,
+    chapter 5); prefill computes 2 x parameters FLOPs per prompt token. Adding the memory time
+    and the compute time instead of taking the larger (the GPU overlaps them) makes this a
+    pessimistic estimate, by at most a factor of 2; data-sheet peaks make it an optimistic one.
+    """
+    for key, value, low in (
+        ("num_parameters", num_parameters, 1),
+        ("bytes_per_token", bytes_per_token, 1),
+        ("state_bytes", state_bytes, 0),
+    ):
+        if not isinstance(value, int) or value < low:
+            raise KVLibError(f"{key} must be an integer >= {low}, not {value!r}")
+    flops_per_token = 2 * num_parameters / gpu.fp16_flops
+    return StepTimeModel(
+        fixed_s=weight_bytes(num_parameters, "fp16") / gpu.bandwidth,
+        per_seq_s=flops_per_token + 2 * state_bytes / gpu.bandwidth,
+        per_context_s=bytes_per_token / gpu.bandwidth,
+        per_prefill_s=flops_per_token,
+        source=f"{name} on an {gpu.name}, roofline",
+    )
+
+
+def roofline_step_model(model: str = "OPT-13B", gpu: GPU = A100_40GB) -> StepTimeModel:
+    """:func:`roofline_step` of a catalog model with its fp16 cache (chapter 4: OPT-13B on the paper's A100)."""
+    entry = catalog_entry(model)
+    return roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=gpu, name=model)

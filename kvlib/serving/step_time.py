@@ -1,0 +1,86 @@
+"""A fast serving simulator: the scheduler of :mod:`kvlib.serving` with a step-time model
+instead of a model (chapter 4).
+
+Every step of a real engine runs one forward pass over the sequences the scheduler
+picked. :class:`StepTimeModel` predicts its duration from what it computes,
+
+    t_step = fixed_s + per_seq_s x sequences + per_context_s x context tokens read
+             + per_prefill_s x prompt tokens prefilled,
+
+with constants fitted to measured steps of ``kvlib.model`` (:func:`kvlib.engine.calibrate`).
+:func:`simulate` then serves thousands of requests in seconds and records, at every step,
+where each slot of the KV budget is (:data:`kvlib.serving.CATEGORIES`) and how many
+sequences run. :class:`RunResult` turns the records into the chapter's numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvlib import KVLibError
+from kvlib.serving.types import StepPlan
+
+TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")
+
+
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Seconds of one step: a fixed part plus parts per sequence, per context token read and per prompt token."""
+
+    fixed_s: float
+    per_seq_s: float
+    per_context_s: float
+    per_prefill_s: float
+    source: str = ""
+
+    def predict(self, num_seqs, num_context_tokens, num_prefill_tokens):
+        return (
+            self.fixed_s
+            + self.per_seq_s * np.asarray(num_seqs)
+            + self.per_context_s * np.asarray(num_context_tokens)
+            + self.per_prefill_s * np.asarray(num_prefill_tokens)
+        )
+
+    def step_s(self, plan: StepPlan) -> float:
+        """Seconds of one planned step (plain arithmetic: the simulator calls this at every step)."""
+        return (
+            self.fixed_s
+            + self.per_seq_s * plan.num_seqs
+            + self.per_context_s * plan.num_context_tokens
+            + self.per_prefill_s * plan.num_prefill_tokens
+        )
+
+    def fixed_share(self, num_seqs: int, num_context_tokens: int) -> float:
+        """Share of a decode step that does not depend on the batch: near 1 means bigger batches are almost free."""
+        return self.fixed_s / float(self.predict(num_seqs, num_context_tokens, 0))
+
+
+def fit_step_time(
+    num_seqs, num_context_tokens, num_prefill_tokens, seconds, source: str = ""
+) -> StepTimeModel:
+    """Least-squares fit of :class:`StepTimeModel` to measured steps, every constant >= 0.
+
+    The fit weighs each step by 1 / seconds (relative errors), so that short steps count as
+    much as long ones. A term whose best value would be negative is dropped (set to 0) and
+    the others refitted: no step gets faster by doing more work.
+    """
+    columns = [
+        np.ones(len(seconds)),
+        *(np.asarray(x, dtype=np.float64) for x in (num_seqs, num_context_tokens, num_prefill_tokens)),
+    ]
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if len(seconds) < 4 or any(len(c) != len(seconds) for c in columns) or not np.all(seconds > 0):
+        raise KVLibError(
+            "fit_step_time needs at least 4 measured steps with positive times, and equal-length inputs"
+        )
+    active = list(range(4))
+    while True:
+        design = np.stack([columns[i] for i in active], axis=1) / seconds[:, None]
+        coef, *_ = np.linalg.lstsq(design, np.ones_like(seconds), rcond=None)
+        if coef.min() >= 0 or len(active) == 1:
+            break
+        del active[int(np.argmin(coef))]
+    values = dict.fromkeys(range(4), 0.0) | {i: max(0.0, float(c)) for i, c in zip(active, coef)}
+    return StepTimeModel(*(values[i] for i in range(4)), source=source)

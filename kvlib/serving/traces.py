@@ -1,0 +1,198 @@
+"""Seeded request traces for the serving experiments of chapter 4.
+
+The vLLM paper (Kwon et al. 2023) serves two request traces: ShareGPT conversations (mean
+prompt 161.31 tokens, mean output 337.99) and Alpaca instructions (19.31 and 58.45), with
+at most 2,048 tokens per request. We do not ship either data set. Instead we draw lengths
+from log-normal distributions, a common model for text lengths: most requests are short,
+a few are very long. Each distribution has a stated spread ``sigma`` (the standard
+deviation of the log length) and a location ``mu`` solved so that the means *after*
+clipping to the maximum length match the paper's:
+
+- a prompt takes ``round(clip(X, 1, max_len - 1))`` tokens, ``X ~ LogNormal(mu_in, sigma)``;
+- its output takes ``round(clip(Y, 1, max_len - prompt))``, ``Y ~ LogNormal(mu_out, sigma)``.
+
+Requests arrive as a Poisson process: independent exponential gaps of mean ``1 / rate``.
+A rate of ``inf`` puts every request in the queue at time 0 (a saturated server).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
+
+from kvlib import KVLibError
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """Length distribution of a trace: target means after clipping, spread, maximum length."""
+
+    name: str
+    mean_input: float
+    mean_output: float
+    sigma: float = 1.0  # standard deviation of log(length), for prompts and outputs alike
+    max_len: int = 2048  # prompt + output
+    source: str = ""
+
+    def __post_init__(self):
+        if not (self.sigma > 0 and self.max_len >= 2):
+            raise KVLibError(
+                f"trace {self.name!r}: sigma must be > 0 and max_len >= 2, not {self.sigma}, {self.max_len}"
+            )
+        if (
+            not 1 <= self.mean_input < self.max_len - 1
+            or not 1 <= self.mean_output < self.max_len - self.mean_input
+        ):
+            raise KVLibError(
+                f"trace {self.name!r}: means {self.mean_input}, {self.mean_output} do not fit in max_len {self.max_len}"
+            )
+
+    @cached_property
+    def mu_input(self) -> float:
+        return _solve_mu(
+            lambda mu: clipped_lognormal_mean(mu, self.sigma, 1, self.max_len - 1), self.mean_input
+        )
+
+    @cached_property
+    def mu_output(self) -> float:
+        inputs = self._input_quantiles()
+        mean = lambda mu: float(
+            np.mean([clipped_lognormal_mean(mu, self.sigma, 1, self.max_len - x) for x in inputs])
+        )  # noqa: E731
+        return _solve_mu(mean, self.mean_output)
+
+    def _input_quantiles(self, num: int = 256) -> np.ndarray:
+        """Prompt lengths at evenly spaced quantiles: the expectation over prompts as a plain average."""
+        probs = (np.arange(num) + 0.5) / num
+        z = np.array([_normal_quantile(p) for p in probs])
+        return np.clip(np.round(np.exp(self.mu_input + self.sigma * z)), 1, self.max_len - 1)
+
+    def scaled(self, factor: float, name: str | None = None) -> TraceSpec:
+        """The same shapes with every length divided by ``factor`` (for runs of the real model)."""
+        return replace(
+            self,
+            name=name or f"{self.name} / {factor:g}",
+            mean_input=self.mean_input / factor,
+            mean_output=self.mean_output / factor,
+            max_len=int(round(self.max_len / factor)),
+        )
+
+
+SHAREGPT = TraceSpec("ShareGPT-like", 161.31, 337.99, source="vLLM paper, ShareGPT trace")
+
+ALPACA = TraceSpec("Alpaca-like", 19.31, 58.45, source="vLLM paper, Alpaca trace")
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _normal_quantile(p: float) -> float:
+    low, high = -12.0, 12.0
+    for _ in range(80):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _normal_cdf(mid) < p else (low, mid)
+    return (low + high) / 2
+
+
+def clipped_lognormal_mean(mu: float, sigma: float, low: float, high: float) -> float:
+    """E[min(max(X, low), high)] for X ~ LogNormal(mu, sigma), in closed form.
+
+    Below ``low`` counts as ``low``, above ``high`` as ``high``, and in between the partial
+    mean of a log-normal: exp(mu + sigma^2 / 2) (Phi(b - sigma) - Phi(a - sigma)).
+    """
+    a, b = (math.log(low) - mu) / sigma, (math.log(high) - mu) / sigma
+    inside = math.exp(mu + sigma**2 / 2) * (_normal_cdf(b - sigma) - _normal_cdf(a - sigma))
+    return low * _normal_cdf(a) + inside + high * (1 - _normal_cdf(b))
+
+
+def _solve_mu(mean_of_mu, target: float) -> float:
+    """Bisection: the clipped mean grows with mu."""
+    low, high = -10.0, 15.0
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if mean_of_mu(mid) < target else (low, mid)
+    return (low + high) / 2
+
+
+def sample_lengths(spec: TraceSpec, num: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of ``num`` requests, (num,) each, every total at most ``max_len``."""
+    if not isinstance(num, int) or num < 1:
+        raise KVLibError(f"the number of requests must be a positive integer, not {num!r}")
+    rng = np.random.default_rng(seed)
+    inputs = np.clip(np.round(rng.lognormal(spec.mu_input, spec.sigma, num)), 1, spec.max_len - 1).astype(int)
+    outputs = np.round(rng.lognormal(spec.mu_output, spec.sigma, num))
+    outputs = np.clip(outputs, 1, spec.max_len - inputs).astype(int)
+    return inputs, outputs
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a trace: when it arrives, its prompt's token ids, and how many tokens it generates.
+
+    The output length is known to the trace (and to the ``oracle`` and ``pow2`` policies,
+    which the paper also grants this knowledge), not to the ``max`` and ``paged`` policies.
+    """
+
+    req_id: int
+    arrival_s: float
+    prompt: tuple[int, ...] = field(repr=False)
+    output_len: int
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt)
+
+    @property
+    def total_len(self) -> int:
+        return len(self.prompt) + self.output_len
+
+
+def make_trace(
+    spec: TraceSpec,
+    num_requests: int,
+    rate: float,
+    seed: int = 0,
+    vocab_size: int = 512,
+    system_prompt: tuple[int, ...] = (),
+) -> list[Request]:
+    """``num_requests`` requests of ``spec`` arriving at ``rate`` requests per second (Poisson; ``inf``: all at 0).
+
+    Prompt token ids are seeded random integers below ``vocab_size``. A ``system_prompt`` is
+    put in front of every prompt, which makes it longer (outputs are shortened if the total
+    would exceed ``max_len``).
+    """
+    if not rate > 0:
+        raise KVLibError(f"the request rate must be positive (or inf), not {rate!r}")
+    inputs, outputs = sample_lengths(spec, num_requests, seed)
+    rng = np.random.default_rng([seed, 1])
+    gaps = np.zeros(num_requests) if math.isinf(rate) else rng.exponential(1.0 / rate, num_requests)
+    arrivals = np.cumsum(gaps) - gaps[0]  # the first request arrives at time 0
+    requests = []
+    for i, (n_in, n_out, at) in enumerate(zip(inputs, outputs, arrivals)):
+        prompt = tuple(system_prompt) + tuple(rng.integers(0, vocab_size, int(n_in)).tolist())
+        if len(prompt) >= spec.max_len:
+            raise KVLibError(
+                f"a system prompt of {len(system_prompt)} tokens leaves no room within max_len {spec.max_len}"
+            )
+        n_out = min(int(n_out), spec.max_len - len(prompt))
+        requests.append(Request(i, float(at), prompt, n_out))
+    return requests
+
+
+def trace_stats(requests: list[Request]) -> dict:
+    """Mean prompt, output and total length, and the longest total, of a list of requests."""
+    if not requests:
+        raise KVLibError("the trace is empty")
+    inputs = np.array([r.prompt_len for r in requests])
+    outputs = np.array([r.output_len for r in requests])
+    return {
+        "requests": len(requests),
+        "mean input": float(inputs.mean()),
+        "mean output": float(outputs.mean()),
+        "mean total": float((inputs + outputs).mean()),
+        "longest total": int((inputs + outputs).max()),
+    }

@@ -1,0 +1,112 @@
+"""How big the KV cache is, for any model on any GPU (chapter 2). Pure arithmetic: no torch.
+
+- ``dtypes``: the storage types of K and V (fp32 ... int4) and their bytes.
+- ``spec``: :class:`ModelSpec` (what sizing needs of a model) and the byte formulas,
+  ``2 x layers x kv_heads x head_dim x tokens x batch x bytes`` and its per-layer forms.
+- ``config_reader``: a Hugging Face ``config.json`` to a :class:`ModelSpec`.
+- ``catalog``: the real models shipped in ``configs/`` (each quoting its source).
+- ``capacity``: weights, free memory, largest batch and context on a GPU, ``kvlib size``.
+- ``calculator``: the calculator widget of the notebook.
+- ``webcalc``: the calculator of the online book (its script is ``web/calculator.js``).
+"""
+
+from kvlib.sizing.capacity import (
+    capacity_table,
+    format_bytes_gib,
+    format_summary,
+    free_bytes,
+    max_batch,
+    max_context,
+    size_summary,
+    weight_bytes,
+)
+from kvlib.sizing.catalog import (
+    CATALOG_ORDER,
+    CatalogEntry,
+    catalog_config,
+    catalog_entry,
+    catalog_export,
+    catalog_names,
+    catalog_table,
+    resolve_model,
+)
+from kvlib.sizing.config_reader import (
+    NON_ATTENTION_LAYER_TYPES,
+    load_config,
+    spec_from_config,
+    spec_from_model_config,
+)
+from kvlib.sizing.dtypes import KVDtype, KV_DTYPES, kv_dtype
+from kvlib.sizing.spec import (
+    CacheSize,
+    ModelSpec,
+    article_table,
+    bytes_per_token,
+    cache_bytes,
+    cache_size,
+    cached_tokens,
+    check_context,
+    kv_cache_bytes,
+    token_layer_bytes,
+)
+from kvlib.sizing.web_calculator import (
+    DEFAULTS,
+    KV_CHOICES,
+    LIMITS,
+    STYLE,
+    WEIGHT_CHOICES,
+    answer_rows,
+    calculator_html,
+    embedded_json,
+    script_source,
+)
+from kvlib.sizing.widget import calculator, capacity_overview, capacity_report, report_html
+
+__all__ = [
+    "CATALOG_ORDER",
+    "CacheSize",
+    "CatalogEntry",
+    "DEFAULTS",
+    "KVDtype",
+    "KV_CHOICES",
+    "KV_DTYPES",
+    "LIMITS",
+    "ModelSpec",
+    "NON_ATTENTION_LAYER_TYPES",
+    "STYLE",
+    "WEIGHT_CHOICES",
+    "answer_rows",
+    "article_table",
+    "bytes_per_token",
+    "cache_bytes",
+    "cache_size",
+    "cached_tokens",
+    "calculator",
+    "calculator_html",
+    "capacity_overview",
+    "capacity_report",
+    "capacity_table",
+    "catalog_config",
+    "catalog_entry",
+    "catalog_export",
+    "catalog_names",
+    "catalog_table",
+    "check_context",
+    "embedded_json",
+    "format_bytes_gib",
+    "format_summary",
+    "free_bytes",
+    "kv_cache_bytes",
+    "kv_dtype",
+    "load_config",
+    "max_batch",
+    "max_context",
+    "report_html",
+    "resolve_model",
+    "script_source",
+    "size_summary",
+    "spec_from_config",
+    "spec_from_model_config",
+    "token_layer_bytes",
+    "weight_bytes",
+]

@@ -1,0 +1,197 @@
+"""Exact KV-cache byte counts for real models (chapter 2).
+
+The cache of one attention layer holds, for every cached token, one key and one value
+vector per KV head, so the whole cache is
+
+    bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
+
+(the formula of the source article of this book). Real models bend it in five ways,
+all handled here from a single description, :class:`ModelSpec`:
+
+- **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
+- **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
+  window, ``min(tokens, window)`` tokens.
+- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
+  fixed-size state and no KV cache.
+- **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
+  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
+  K and V per head.
+- **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
+  K and V of all encoder positions, computed once per input and not growing with the output.
+
+KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
+tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
+group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
+one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
+
+:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
+``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvlib import KVLibError
+from kvlib.sizing.catalog import resolve_model
+from kvlib.sizing.dtypes import KVDtype, kv_dtype
+from kvlib.sizing.spec import ModelSpec, _check_int, cache_bytes, cache_size
+from kvlib.units import GiB
+
+
+def weight_bytes(num_parameters: int, dtype: str | KVDtype = "bf16") -> int:
+    """Bytes of the weights: parameters x bytes per parameter (integer formats include their scales)."""
+    _check_int(num_parameters, "num_parameters", low=1)
+    dtype = kv_dtype(dtype)
+    if not dtype.group_size:
+        return num_parameters * dtype.bits // 8
+    groups = -(-num_parameters // dtype.group_size)
+    return -(-num_parameters * dtype.bits // 8) + groups * dtype.meta_bytes
+
+
+def free_bytes(gpu_bytes: int, weights: int, overhead_bytes: int = 0) -> int:
+    """Memory left for the KV cache (negative when the weights alone do not fit)."""
+    for key, value in (
+        ("gpu_bytes", gpu_bytes),
+        ("weight_bytes", weights),
+        ("overhead_bytes", overhead_bytes),
+    ):
+        _check_int(value, key, low=0)
+    return gpu_bytes - weights - overhead_bytes
+
+
+def max_batch(
+    spec: ModelSpec,
+    context: int,
+    gpu_bytes: int,
+    weights: int,
+    overhead_bytes: int = 0,
+    dtype: str | KVDtype = "fp16",
+) -> int:
+    """The most sequences of ``context`` tokens whose caches fit beside the weights (0 if none)."""
+    free = free_bytes(gpu_bytes, weights, overhead_bytes)
+    return max(0, free // cache_bytes(spec, context, 1, dtype))
+
+
+def max_context(
+    spec: ModelSpec,
+    batch: int,
+    gpu_bytes: int,
+    weights: int,
+    overhead_bytes: int = 0,
+    dtype: str | KVDtype = "fp16",
+    limit: int | None = None,
+) -> int:
+    """The longest context (up to the model's maximum, or ``limit``) at which ``batch`` caches fit (0 if none)."""
+    _check_int(batch, "batch", low=1)
+    free = free_bytes(gpu_bytes, weights, overhead_bytes)
+    high = limit or spec.max_context
+    if high is None:
+        raise KVLibError(f"{spec.name} has no maximum context; pass limit=")
+    if free < cache_bytes(spec, 1, batch, dtype):
+        return 0
+    low = 1  # cache size never shrinks with the context, so bisect for the last one that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if cache_bytes(spec, mid, batch, dtype) <= free else (low, mid - 1)
+    return low
+
+
+def capacity_table(
+    spec: ModelSpec,
+    num_parameters: int,
+    gpu_bytes: int,
+    context: int,
+    batch: int = 1,
+    weight_dtype: str = "bf16",
+    overhead_bytes: int = 0,
+    kv_dtypes=("fp16", "fp8", "int8", "int4"),
+) -> list[dict]:
+    """Per KV dtype: cache of ``batch`` x ``context``, its share of the GPU, max batch and max context.
+
+    The max context stops at the model's own maximum (``spec.max_context``); the last column
+    says whether that or memory set it (chapter 2's capacity table).
+    """
+    weights = weight_bytes(num_parameters, weight_dtype)
+    rows = []
+    for name in kv_dtypes:
+        size = cache_bytes(spec, context, batch, name)
+        longest = max_context(spec, batch, gpu_bytes, weights, overhead_bytes, name)
+        capped = spec.max_context is not None and longest == spec.max_context
+        rows.append(
+            {
+                "kv dtype": name,
+                "cache (GiB)": round(size / GiB, 3),
+                "GPU share": round((weights + overhead_bytes + size) / gpu_bytes, 3),
+                "fits": weights + overhead_bytes + size <= gpu_bytes,
+                f"max batch at {context:,}": max_batch(
+                    spec, context, gpu_bytes, weights, overhead_bytes, name
+                ),
+                f"max context at batch {batch}": longest,
+                "max context limited by": "model's maximum"
+                if capped
+                else "memory"
+                if longest
+                else "does not fit",
+            }
+        )
+    return rows
+
+
+def size_summary(model: str | Path, context: int, batch: int = 1, dtype: str = "fp16") -> dict:
+    """What ``python -m kvlib size`` reports, as one JSON-able object."""
+    spec = resolve_model(model)
+    size = cache_size(spec, context, batch, dtype)
+    vectors, length = spec.cached_vectors
+    return {
+        "model": spec.name,
+        "kind": spec.attention_kind,
+        "context": context,
+        "batch": batch,
+        "kv_dtype": kv_dtype(dtype).name,
+        "kv_dtype_format": kv_dtype(dtype).describe(),
+        "num_layers": spec.num_layers,
+        "num_attention_layers": spec.num_attention_layers,
+        "num_kv_heads": spec.num_kv_heads if not spec.is_mla else 1,
+        "head_dim": length,
+        "vectors_per_token_per_layer": vectors,
+        "sliding_window_layers": sum(spec.sliding_windows[i] is not None for i in spec.attention_layers),
+        "cross_attention_tokens": spec.cross_attention_tokens,
+        "bytes_per_token": size.bytes_per_token,
+        "self_attention_bytes": size.self_attention_bytes,
+        "cross_attention_bytes": size.cross_attention_bytes,
+        "total_bytes": size.total_bytes,
+    }
+
+
+def format_summary(summary: dict) -> str:
+    """The short human-readable table of ``python -m kvlib size``."""
+    s = summary
+    heads = "one latent vector (MLA)" if s["kind"] == "MLA" else f"{s['num_kv_heads']} KV heads (K and V)"
+    lines = [
+        ("model", f"{s['model']} ({s['kind']})"),
+        (
+            "layers",
+            f"{s['num_attention_layers']} with a KV cache of {s['num_layers']}"
+            + (f", {s['sliding_window_layers']} with a sliding window" if s["sliding_window_layers"] else ""),
+        ),
+        ("per layer", f"{heads} x {s['head_dim']} values per token"),
+        ("kv dtype", s["kv_dtype_format"]),
+        ("per token", f"{s['bytes_per_token']:,} B ({s['bytes_per_token'] / 1024:,.1f} KiB)"),
+        ("context", f"{s['context']:,} tokens x batch {s['batch']}"),
+    ]
+    if s["cross_attention_bytes"]:
+        lines.append(("self-attn", format_bytes_gib(s["self_attention_bytes"])))
+        lines.append(
+            (
+                "cross-attn",
+                format_bytes_gib(s["cross_attention_bytes"])
+                + f" ({s['cross_attention_tokens']:,} encoder positions)",
+            )
+        )
+    lines.append(("total", format_bytes_gib(s["total_bytes"])))
+    return "\n".join(f"{key:<11}{value}" for key, value in lines)
+
+
+def format_bytes_gib(n: int) -> str:
+    return f"{n:,} B ({n / GiB:,.3f} GiB)"

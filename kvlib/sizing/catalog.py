@@ -1,0 +1,199 @@
+"""Exact KV-cache byte counts for real models (chapter 2).
+
+The cache of one attention layer holds, for every cached token, one key and one value
+vector per KV head, so the whole cache is
+
+    bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
+
+(the formula of the source article of this book). Real models bend it in five ways,
+all handled here from a single description, :class:`ModelSpec`:
+
+- **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
+- **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
+  window, ``min(tokens, window)`` tokens.
+- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
+  fixed-size state and no KV cache.
+- **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
+  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
+  K and V per head.
+- **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
+  K and V of all encoder positions, computed once per input and not growing with the output.
+
+KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
+tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
+group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
+one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
+
+:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
+``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from kvlib import KVLibError
+from kvlib.sizing.config_reader import spec_from_config
+from kvlib.sizing.dtypes import KV_DTYPES, KVDtype
+from kvlib.sizing.spec import ModelSpec, bytes_per_token, cache_size
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One model of ``kvlib/catalog``: its description and where the numbers come from."""
+
+    name: str
+    hf_id: str
+    source: str
+    notes: str
+    num_parameters: int
+    parameters_source: str
+    spec: ModelSpec = field(repr=False)
+    config: dict = field(repr=False, compare=False)  # the config.json fields the file quotes
+
+
+def catalog_names() -> list[str]:
+    """Names of the shipped models, in catalog order."""
+    return [entry.name for entry in _catalog()]
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[CatalogEntry, ...]:
+    entries = []
+    for item in sorted(resources.files("kvlib.sizing").joinpath("configs").iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".json"):
+            data = json.loads(item.read_text(encoding="utf-8"))
+            spec = spec_from_config(data["config"], name=data["name"], max_context=data.get("max_context"))
+            entries.append(
+                CatalogEntry(
+                    data["name"],
+                    data["hf_id"],
+                    data["source"],
+                    data.get("notes", ""),
+                    data["num_parameters"],
+                    data["parameters_source"],
+                    spec,
+                    data["config"],
+                )
+            )
+    return tuple(sorted(entries, key=lambda e: _catalog_position(e.name)))
+
+
+# Display order of the catalog (the order chapter 2 discusses the models); other files sort last.
+CATALOG_ORDER = (
+    "Llama-2-7B",
+    "Llama-2-70B",
+    "Llama-3-8B",
+    "Llama-3-70B",
+    "Mistral-7B-v0.1",
+    "Mixtral-8x7B",
+    "Falcon-7B",
+    "Qwen2.5-7B",
+    "Gemma-2-9B",
+    "DeepSeek-V3",
+    "Jamba-v0.1",
+    "Whisper-large-v3",
+    "OPT-13B",
+)
+
+
+def _catalog_position(name: str) -> int:
+    return CATALOG_ORDER.index(name) if name in CATALOG_ORDER else len(CATALOG_ORDER)
+
+
+def catalog_entry(name: str) -> CatalogEntry:
+    """A catalog model by name (case-insensitive); unknown names get the closest matches."""
+    by_name = {entry.name.lower(): entry for entry in _catalog()}
+    if name.lower() in by_name:
+        return by_name[name.lower()]
+    close = difflib.get_close_matches(name.lower(), list(by_name), n=3, cutoff=0.4)
+    hint = (
+        f"; did you mean {', '.join(by_name[c].name for c in close)}?"
+        if close
+        else f"; choose from {', '.join(catalog_names())}"
+    )
+    raise KVLibError(f"unknown model {name!r}{hint}")
+
+
+def catalog_config(name: str) -> dict:
+    """A copy of the ``config.json`` fields a catalog file quotes, for keys ModelSpec does not
+    keep (Mamba's, in chapter 5) and for exercises that feed a raw config to the reader's code."""
+    return dict(catalog_entry(name).config)
+
+
+def resolve_model(model: str | Path) -> ModelSpec:
+    """A catalog name, or a path to a ``config.json`` (anything with a path separator or a .json suffix)."""
+    text = str(model)
+    if text.endswith(".json") or "/" in text or "\\" in text or Path(text).is_file():
+        return spec_from_config(text, name=Path(text).name)
+    return catalog_entry(text).spec
+
+
+def catalog_table(dtype: str | KVDtype = "fp16") -> list[dict]:
+    """One row per catalog model: its cache at its maximum context, batch 1."""
+    rows = []
+    for entry in _catalog():
+        spec = entry.spec
+        size = cache_size(spec, spec.max_context, 1, dtype)
+        rows.append(
+            {
+                "model": entry.name,
+                "kind": spec.attention_kind,
+                "attention layers": f"{spec.num_attention_layers}/{spec.num_layers}",
+                "kv heads": spec.num_kv_heads if not spec.is_mla else "latent",
+                "head_dim": spec.head_dim if not spec.is_mla else spec.cached_vectors[1],
+                "bytes/token": size.bytes_per_token,
+                "max context": spec.max_context,
+                "cache at max context (GiB)": round(size.total_gib, 3),
+            }
+        )
+    return rows
+
+
+def catalog_export() -> dict:
+    """Everything a calculator needs, as plain JSON-able data (for a browser calculator without Python).
+
+    ``models``: per catalog model, the resolved description (layers that cache, per-layer
+    windows, vectors cached per token per layer), parameters and source. ``kv_dtypes``:
+    bits, group size and metadata bytes per group. ``formula``: how to combine them.
+    """
+    models = []
+    for entry in _catalog():
+        spec = entry.spec
+        vectors, length = spec.cached_vectors
+        models.append(
+            {
+                "name": entry.name,
+                "hf_id": entry.hf_id,
+                "source": entry.source,
+                "notes": entry.notes,
+                "num_parameters": entry.num_parameters,
+                "kind": spec.attention_kind,
+                "num_layers": spec.num_layers,
+                "num_heads": spec.num_heads,
+                "num_kv_heads": spec.num_kv_heads,
+                "head_dim": spec.head_dim,
+                "max_context": spec.max_context,
+                "attention_layers": list(spec.attention_layers),
+                "sliding_windows": [spec.sliding_windows[i] for i in spec.attention_layers],
+                "vectors_per_token_per_layer": vectors,
+                "values_per_vector": length,
+                "cross_attention_tokens": spec.cross_attention_tokens,
+                "bytes_per_token_fp16": bytes_per_token(spec, "fp16"),
+            }
+        )
+    return {
+        "formula": (
+            "vector_bytes(n) = ceil(n*bits/8) + ceil(n/group_size)*meta_bytes (no metadata when group_size is null); "
+            "layer_token_bytes = vectors_per_token_per_layer * vector_bytes(values_per_vector); "
+            "total = batch * layer_token_bytes * (sum over attention layers of min(context, window or context) "
+            "+ len(attention_layers) * cross_attention_tokens)"
+        ),
+        "kv_dtypes": {name: asdict(d) for name, d in KV_DTYPES.items()},
+        "models": models,
+    }

@@ -1,0 +1,240 @@
+"""Exact KV-cache byte counts for real models (chapter 2).
+
+The cache of one attention layer holds, for every cached token, one key and one value
+vector per KV head, so the whole cache is
+
+    bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
+
+(the formula of the source article of this book). Real models bend it in five ways,
+all handled here from a single description, :class:`ModelSpec`:
+
+- **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
+- **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
+  window, ``min(tokens, window)`` tokens.
+- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
+  fixed-size state and no KV cache.
+- **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
+  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
+  K and V per head.
+- **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
+  K and V of all encoder positions, computed once per input and not growing with the output.
+
+KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
+tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
+group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
+one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
+
+:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
+``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from kvlib import KVLibError
+from kvlib.sizing.dtypes import KVDtype, kv_dtype
+from kvlib.units import GiB
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the KV cache of a model depends on (its weights do not matter here).
+
+    ``num_layers`` counts the layers that run once per generated token (the decoder's, for
+    an encoder-decoder model). ``attention_layers`` lists which of them keep a KV cache
+    (default: all). ``sliding_windows`` gives, per layer, the window that caps its cache or
+    ``None`` (default: no windows). MLA models set ``kv_lora_rank`` and ``qk_rope_head_dim``.
+    Encoder-decoder models set ``cross_attention_tokens`` (encoder positions every decoder
+    layer caches) and ``num_encoder_layers`` (which cache nothing).
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    attention_layers: tuple[int, ...] | None = None
+    sliding_windows: tuple[int | None, ...] | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    cross_attention_tokens: int = 0
+    num_encoder_layers: int = 0
+    max_context: int | None = None
+
+    def __post_init__(self):
+        for key in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
+            _check_int(getattr(self, key), key, low=1)
+        for key in ("cross_attention_tokens", "num_encoder_layers"):
+            _check_int(getattr(self, key), key, low=0)
+        if self.max_context is not None:
+            _check_int(self.max_context, "max_context", low=1)
+        if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
+            raise KVLibError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+        layers = (
+            tuple(range(self.num_layers)) if self.attention_layers is None else tuple(self.attention_layers)
+        )
+        if (
+            not layers
+            or sorted(set(layers)) != list(layers)
+            or layers[0] < 0
+            or layers[-1] >= self.num_layers
+        ):
+            raise KVLibError(
+                f"attention_layers must be increasing indices in 0..{self.num_layers - 1}, not {layers}"
+            )
+        object.__setattr__(self, "attention_layers", layers)
+        windows = (None,) * self.num_layers if self.sliding_windows is None else tuple(self.sliding_windows)
+        if len(windows) != self.num_layers:
+            raise KVLibError(f"sliding_windows has {len(windows)} entries for {self.num_layers} layers")
+        for window in windows:
+            if window is not None:
+                _check_int(window, "sliding_window", low=1)
+        object.__setattr__(self, "sliding_windows", windows)
+        if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
+            raise KVLibError("MLA needs both kv_lora_rank and qk_rope_head_dim")
+        if self.is_mla:
+            _check_int(self.kv_lora_rank, "kv_lora_rank", low=1)
+            _check_int(self.qk_rope_head_dim, "qk_rope_head_dim", low=1)
+
+    @property
+    def num_attention_layers(self) -> int:
+        return len(self.attention_layers)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def attention_kind(self) -> str:
+        """MHA, GQA, MQA or MLA: what the cache of one attention layer looks like."""
+        if self.is_mla:
+            return "MLA"
+        if self.num_kv_heads == self.num_heads:
+            return "MHA"
+        return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+    @property
+    def cached_vectors(self) -> tuple[int, int]:
+        """(vectors, values per vector) one token adds to one attention layer's cache.
+
+        K and V per KV head: (2 x num_kv_heads, head_dim). MLA: one latent of
+        kv_lora_rank + qk_rope_head_dim values, (1, kv_lora_rank + qk_rope_head_dim).
+        """
+        if self.is_mla:
+            return 1, self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads, self.head_dim
+
+    def with_kv_heads(self, num_kv_heads: int, name: str | None = None) -> ModelSpec:
+        """The same model with another number of KV heads (MHA/GQA/MQA variants of chapter 2)."""
+        return ModelSpec(**{**asdict(self), "num_kv_heads": num_kv_heads, "name": name or self.name})
+
+
+def _check_int(value, key: str, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise KVLibError(f"{key} must be an integer >= {low}, not {value!r}")
+
+
+def kv_cache_bytes(
+    num_layers: int, num_kv_heads: int, head_dim: int, seq_len: int, batch: int = 1, dtype_bytes: int = 2
+) -> int:
+    """The plain formula 2 x L x H_kv x D_head x S x B x bytes (no windows, no hybrids, no MLA)."""
+    for key, value in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("seq_len", seq_len),
+        ("batch", batch),
+        ("dtype_bytes", dtype_bytes),
+    ):
+        _check_int(value, key, low=1)
+    return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch * dtype_bytes
+
+
+def token_layer_bytes(spec: ModelSpec, dtype: str | KVDtype = "fp16") -> int:
+    """Bytes one token occupies in one attention layer's cache."""
+    vectors, length = spec.cached_vectors
+    return vectors * kv_dtype(dtype).vector_bytes(length)
+
+
+def bytes_per_token(spec: ModelSpec, dtype: str | KVDtype = "fp16") -> int:
+    """Bytes one more token adds to the self-attention cache while it is shorter than every window."""
+    return spec.num_attention_layers * token_layer_bytes(spec, dtype)
+
+
+def cached_tokens(spec: ModelSpec, layer: int, context: int) -> int:
+    """How many of ``context`` tokens layer ``layer`` keeps: all, or at most its sliding window."""
+    window = spec.sliding_windows[layer]
+    return context if window is None else min(context, window)
+
+
+def check_context(spec: ModelSpec, context: int) -> None:
+    """A context must be a positive integer no longer than the model's maximum (when known)."""
+    _check_int(context, "context", low=1)
+    if spec.max_context is not None and context > spec.max_context:
+        raise KVLibError(f"context {context:,} exceeds {spec.name}'s maximum of {spec.max_context:,} tokens")
+
+
+@dataclass(frozen=True)
+class CacheSize:
+    """Bytes of the KV cache of ``batch`` sequences of ``context`` tokens, split by kind."""
+
+    model: str
+    context: int
+    batch: int
+    kv_dtype: str
+    bytes_per_token: int  # before any window cap
+    self_attention_bytes: int
+    cross_attention_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.self_attention_bytes + self.cross_attention_bytes
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GiB
+
+
+def cache_size(spec: ModelSpec, context: int, batch: int = 1, dtype: str | KVDtype = "fp16") -> CacheSize:
+    """The KV cache of ``batch`` sequences that have ``context`` tokens each (prompt + generated)."""
+    check_context(spec, context)
+    _check_int(batch, "batch", low=1)
+    dtype = kv_dtype(dtype)
+    per_layer = token_layer_bytes(spec, dtype)
+    self_tokens = sum(cached_tokens(spec, layer, context) for layer in spec.attention_layers)
+    cross_tokens = spec.cross_attention_tokens * spec.num_attention_layers
+    return CacheSize(
+        model=spec.name,
+        context=context,
+        batch=batch,
+        kv_dtype=dtype.name,
+        bytes_per_token=bytes_per_token(spec, dtype),
+        self_attention_bytes=batch * self_tokens * per_layer,
+        cross_attention_bytes=batch * cross_tokens * per_layer,
+    )
+
+
+def cache_bytes(spec: ModelSpec, context: int, batch: int = 1, dtype: str | KVDtype = "fp16") -> int:
+    """Total bytes of :func:`cache_size` (self-attention plus cross-attention)."""
+    return cache_size(spec, context, batch, dtype).total_bytes
+
+
+def article_table(context: int = 262_144, kv_heads=(32, 8, 4, 1)) -> list[dict]:
+    """The source article's table: 32 layers, hidden 4096, 32 heads (head_dim 128), fp16, batch 1."""
+    base = ModelSpec("article model", num_layers=32, num_heads=32, num_kv_heads=32, head_dim=4096 // 32)
+    rows = []
+    for heads in kv_heads:
+        spec = base.with_kv_heads(heads)
+        size = cache_bytes(spec, context)
+        rows.append(
+            {
+                "scheme": spec.attention_kind + (f"-{heads}" if spec.attention_kind == "GQA" else ""),
+                "num_kv_heads": heads,
+                "bytes": size,
+                "GB (1024^3 B)": round(size / GiB, 1),
+            }
+        )
+    return rows
