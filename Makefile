@@ -3,8 +3,9 @@
 #   make test   - install the same way, then run every test (unit + hygiene, nbval, book build, browser)
 # The HTML serves its own MathJax and widget scripts: `make assets` (run by book/test) fetches the
 # npm packages pinned in package-lock.json into node_modules/ (with Python; no node needed).
-# Other targets: make robust (the notebooks under adverse conditions), make lab (open the notebooks
-# in JupyterLab), make bench, make clean.
+# Other targets: make lint (ruff, also the first step of make test), make unit-fast (the unit tests
+# without the slow ones, under a minute), make robust (the notebooks under adverse conditions),
+# make lab (open the notebooks in JupyterLab), make bench, make clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -15,7 +16,7 @@ ASSETS := node_modules/.kvbook-installed
 NOTEBOOKS = $$($(PY) -m tests.toc)
 BUILD_FLAGS = -W -n --keep-going
 
-.PHONY: book test unit nbval build-check browser assets lab bench execute clean robust
+.PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 12) else "kvbook needs Python 3.10-3.12, but $(PYTHON) is %d.%d (set PYTHON=python3.11)" % v)'
@@ -37,13 +38,26 @@ book: $(STAMP) $(ASSETS)
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-# The browser tests read the HTML that build-check writes, so they run after it.
-test: unit nbval build-check
+# The browser tests read the HTML that build-check writes, so they run after it; lint runs first
+# (seconds) so that a formatting slip fails before the long steps.
+test: lint unit nbval build-check
 	@$(MAKE) --no-print-directory browser
+
+# ruff (pinned in requirements.txt; its settings are in pyproject.toml): the code is formatted, and
+# passes the linter, in kvlib/, tests/ and kvbook_sphinx/.
+LINTED = kvlib tests kvbook_sphinx
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check $(LINTED)
+	$(VENV)/bin/ruff check $(LINTED)
 
 # (tests/test_pipeline.py builds small books, which load kvbook_sphinx and so need the assets too)
 unit: $(STAMP) $(ASSETS)
 	$(PY) -m pytest tests -q --ignore=tests/browser
+
+# The unit tests without the seconds-long ones (marked slow: book builds, nbval runs, benches,
+# calibration): under a minute, for the edit-test loop.
+unit-fast: $(STAMP) $(ASSETS)
+	$(PY) -m pytest tests -q --ignore=tests/browser -m "not slow"
 
 nbval: $(STAMP)
 	$(PY) -m pytest -q --nbval --nbval-current-env \

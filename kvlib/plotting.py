@@ -160,9 +160,9 @@ from kvlib.cache.concat_trap import TrapPoint
 from kvlib.cache.decode_speed import DecodeMeasurement
 from kvlib.cache.generation import EncDecGeneration
 from kvlib.cache.nocache_race import Race
-from kvlib.sizing.widget import capacity_report
 from kvlib.sizing.catalog import catalog_entry, catalog_table
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
+from kvlib.sizing.widget import capacity_report
 
 
 def draw_step_profile(seconds: np.ndarray, llc: int, d_model: int = 256, num_layers: int = 4):

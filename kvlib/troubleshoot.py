@@ -35,6 +35,7 @@ from kvlib.measure.timing import round_median, time_interleaved, torch_threads
 from kvlib.model.attention import grouped_attention
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.generation import generate_paged
+from kvlib.units import ceil_div
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def requests_that_fit(
         slots = (
             reserve
             if reserve is not None
-            else (n if block_size is None else -(-n // block_size) * block_size)
+            else (n if block_size is None else ceil_div(n, block_size) * block_size)
         )
         used += slots * bytes_per_token
         if used > free_bytes:

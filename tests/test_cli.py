@@ -32,6 +32,7 @@ def test_env_honours_and_checks_the_llc_override(monkeypatch):
     assert result.stderr.count("\n") == 1 and "KVBOOK_LLC_BYTES must be a positive size" in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_json_has_numeric_fields():
     result = kvlib("bench", "--json", "--only", "measure")
     assert result.returncode == 0, result.stderr

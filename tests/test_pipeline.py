@@ -16,6 +16,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
 
+pytestmark = pytest.mark.slow  # each test builds a small book or runs nbval (seconds each)
+
 
 def _write_nb(path: Path, cells) -> Path:
     """cells: (source, stored text output or None) pairs, stored as executed 1..n."""

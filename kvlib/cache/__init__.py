@@ -32,8 +32,8 @@ from kvlib.cache.concat_trap import TrapPoint, concat_trap, filled_cache, trap_l
 from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache, concat_bytes_copied, kv_bytes_per_token
 from kvlib.cache.costmodel import (
     DENSE_FULL_ATTENTION,
-    FlopTimeModel,
     PARTS,
+    FlopTimeModel,
     concat_copy_share,
     concat_copy_table,
     concat_copy_tokens,
@@ -45,10 +45,10 @@ from kvlib.cache.costmodel import (
 )
 from kvlib.cache.decode_speed import (
     DECODE_MIN_LONGEST,
-    DecodeMeasurement,
-    DecodeSetup,
     GPU_LAUNCHES_PER_STEP,
     IMPLEMENTATIONS,
+    DecodeMeasurement,
+    DecodeSetup,
     OperationTiming,
     bound_breakdown,
     compare_implementations,
@@ -61,7 +61,7 @@ from kvlib.cache.decode_speed import (
     sweep,
     time_decode,
 )
-from kvlib.cache.generation import Decoder, EncDecGeneration, Generation, MODES, generate, generate_encdec
+from kvlib.cache.generation import MODES, Decoder, EncDecGeneration, Generation, generate, generate_encdec
 from kvlib.cache.nocache_race import (
     CPU_CONFIG,
     GPU_CONFIG,

@@ -28,6 +28,7 @@ from threadpoolctl import threadpool_limits
 
 from kvlib import KVLibError
 from kvlib.measure.timing import Timing, time_interleaved, time_it
+from kvlib.units import ceil_div
 
 # The article's table (NumPy on a CPU, d_model 256, 4 layers): tokens -> (no cache s, cache s, speedup).
 ARTICLE_FIGURES = {100: (0.208, 0.061, 3.4), 200: (0.558, 0.125, 4.5), 400: (2.076, 0.346, 6.0)}
@@ -226,4 +227,4 @@ def llc_crossing(llc: int, d_model: int = 256, num_layers: int = 4) -> int:
         raise KVLibError(f"llc must be a positive number of bytes, not {llc!r}")
     fixed = cached_working_set(1, d_model, num_layers)
     per_token = cached_working_set(2, d_model, num_layers) - fixed
-    return 1 + max(0, -(-(llc + 1 - fixed) // per_token))
+    return 1 + max(0, ceil_div(llc + 1 - fixed, per_token))

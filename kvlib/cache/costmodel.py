@@ -28,6 +28,7 @@ import numpy as np
 
 from kvlib import KVLibError
 from kvlib.model.config import ModelConfig
+from kvlib.units import ceil_div
 
 PARTS = ("kv_proj", "qo_proj", "attention", "mlp", "lm_head")
 
@@ -167,7 +168,7 @@ def concat_copy_tokens(
             f"share must lie between 0 and 2 (the copy moves at most twice what it adds), not {share}"
         )
     needed = share * weight_bytes / ((2 - share) * bytes_per_token * batch)
-    return max(1, -(-needed.numerator // needed.denominator))
+    return max(1, ceil_div(needed.numerator, needed.denominator))
 
 
 def concat_copy_table(

@@ -32,6 +32,7 @@ from kvlib.measure.hardware import available_memory_bytes, dram_bytes
 from kvlib.measure.probes import Bandwidth, launch_overhead_s, matmul_gflops, memory_bandwidth
 from kvlib.measure.timing import Timing, clock_for, pick_device, time_it, torch_threads
 from kvlib.model.attention import grouped_attention, repeat_kv_attention, sdpa_attention
+from kvlib.units import ceil_div
 
 IMPLEMENTATIONS = {"grouped": grouped_attention, "repeat": repeat_kv_attention, "sdpa": sdpa_attention}
 
@@ -82,7 +83,7 @@ def longest_context(bytes_per_token: int, min_bytes: int, min_tokens: int) -> in
     """The smallest power of two >= ``min_tokens`` whose cache holds at least ``min_bytes``."""
     if bytes_per_token < 1 or min_bytes < 0 or min_tokens < 1:
         raise KVLibError("bytes_per_token and min_tokens must be positive and min_bytes non-negative")
-    tokens = max(min_tokens, -(-min_bytes // bytes_per_token))
+    tokens = max(min_tokens, ceil_div(min_bytes, bytes_per_token))
     return 1 << (tokens - 1).bit_length()
 
 

@@ -11,6 +11,7 @@ from kvlib.exercises import numeric_answer  # a number checked against the mista
 from kvlib.paged.block_manager import BlockManager
 from kvlib.sizing.catalog import catalog_entry
 from kvlib.sizing.spec import bytes_per_token
+from kvlib.units import ceil_div
 
 LENGTHS = (1000, 37, 16, 1)  # the four requests of exercises 3.1-3.3
 BLOCK_SIZE = 16
@@ -30,7 +31,7 @@ def _blocks_used(lengths, block_size: int = BLOCK_SIZE) -> int:
 
 def solve_3_1() -> int:
     """Each request rounds up to whole blocks on its own: ceil(n / 16) per request."""
-    return sum(-(-n // BLOCK_SIZE) for n in LENGTHS)
+    return sum(ceil_div(n, BLOCK_SIZE) for n in LENGTHS)
 
 
 def check_3_1(answer):

@@ -12,13 +12,13 @@
 
 from kvlib.measure.hardware import (
     APPLE_SLC_BYTES,
+    DRAM_FLOOR_BYTES,
+    FALLBACK_LLC_BYTES,
+    SYSFS_CPU_ROOT,
     CacheInfo,
     CacheLevel,
-    DRAM_FLOOR_BYTES,
     DramSize,
-    FALLBACK_LLC_BYTES,
     HardwareReport,
-    SYSFS_CPU_ROOT,
     all_threads,
     available_memory_bytes,
     cache_info,

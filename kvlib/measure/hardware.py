@@ -19,7 +19,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.measure.timing import pick_device
-from kvlib.units import GiB, MiB, parse_bytes
+from kvlib.units import GiB, MiB, ceil_div, parse_bytes
 
 # When neither sysfs nor sysctl reports a last-level cache, the book assumes this much: more
 # than any laptop's L3 or system cache, so that buffers meant to come from DRAM still do.
@@ -233,7 +233,7 @@ def dram_size(device: torch.device | str | None = None, multiple: int = 4) -> Dr
     if not isinstance(multiple, int) or multiple < 1:
         raise KVLibError(f"multiple must be a positive integer, not {multiple!r}")
     llc = llc_bytes(device)
-    wanted = max(-(-multiple * llc // MiB) * MiB, DRAM_FLOOR_BYTES[device.type])
+    wanted = max(ceil_div(multiple * llc, MiB) * MiB, DRAM_FLOOR_BYTES[device.type])
     cap = available_memory_bytes(device) // 4 // MiB * MiB
     return DramSize(min(wanted, max(cap, MiB)), wanted, llc)
 

@@ -28,7 +28,7 @@ from kvlib.model.hf import (
     random_hf_llama,
     to_hf,
 )
-from kvlib.model.llama import Attention, Block, MLP, RMSNorm, TinyLlama
+from kvlib.model.llama import MLP, Attention, Block, RMSNorm, TinyLlama
 from kvlib.model.rotary import apply_rotary, new_token_rotary, rotary_cos_sin, rotary_inv_freq
 
 __all__ = [

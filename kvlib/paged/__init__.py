@@ -17,8 +17,8 @@ from kvlib.paged.block_manager import Allocation, BlockManager, SequenceBlocks
 from kvlib.paged.block_pool import BlockPool, FreeBlockQueue, KVCacheBlock, hash_block_tokens
 from kvlib.paged.generation import BranchRun, PagedGeneration, decode_branches, generate_paged
 from kvlib.paged.kernel_overhead import (
-    DecodeCase,
     KERNEL_MIN_LONGEST,
+    DecodeCase,
     KernelSizes,
     kernel_sizes,
     paged_vs_contiguous_error,
@@ -28,9 +28,9 @@ from kvlib.paged.kernel_overhead import (
     tokens_identical,
 )
 from kvlib.paged.kernels import (
+    QUERY_CHUNK,
     GatherBuffer,
     KeyMask,
-    QUERY_CHUNK,
     attend_gathered,
     gather_blocks,
     key_mask,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from kvlib import KVLibError
 from kvlib.paged.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
 from kvlib.paged.usage import BlockSnapshot, BlockUsage
+from kvlib.units import ceil_div
 
 
 @dataclass
@@ -93,7 +94,7 @@ class BlockManager:
 
     def num_blocks_for(self, num_tokens: int) -> int:
         """Blocks needed to hold ``num_tokens`` tokens: the last one may be partly empty."""
-        return -(-num_tokens // self.block_size)
+        return ceil_div(num_tokens, self.block_size)
 
     def block_table(self, seq_id: int) -> list[int]:
         return list(self._get(seq_id).block_table)

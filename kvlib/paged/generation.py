@@ -24,6 +24,7 @@ from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import Allocation
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.paged.usage import BlockSnapshot
+from kvlib.units import ceil_div
 
 
 @dataclass
@@ -54,7 +55,7 @@ def generate_paged(
         raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
     device = model.lm_head.weight.device if device is None else device
     if num_blocks is None:
-        num_blocks = sum(-(-(len(p) + num_new) // block_size) for p in prompts)
+        num_blocks = sum(ceil_div(len(p) + num_new, block_size) for p in prompts)
     cache = PagedKVCache(
         model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype
     )
@@ -110,7 +111,7 @@ def decode_branches(
         raise KVLibError("decode_branches needs at least one branch and num_new >= 1")
     device = model.lm_head.weight.device
     if num_blocks is None:
-        num_blocks = len(first_tokens) * -(-(len(prompt) + num_new) // block_size)
+        num_blocks = len(first_tokens) * ceil_div(len(prompt) + num_new, block_size)
     cache = PagedKVCache(
         model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype
     )

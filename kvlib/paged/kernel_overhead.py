@@ -17,6 +17,7 @@ from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.generation import generate_paged
 from kvlib.paged.kernels import GatherBuffer, attend_gathered, gather_blocks, paged_attention
+from kvlib.units import ceil_div
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def random_decode_case(
     randn = lambda *shape: torch.randn(*shape, generator=data_gen, device=device, dtype=dtype)  # noqa: E731
     k = [randn(1, num_kv_heads, n, head_dim) for n in seq_lens]
     v = [randn(1, num_kv_heads, n, head_dim) for n in seq_lens]
-    num_per_seq = [-(-n // block_size) for n in seq_lens]
+    num_per_seq = [ceil_div(n, block_size) for n in seq_lens]
     order = torch.randperm(
         sum(num_per_seq), generator=order_gen
     ).tolist()  # physical block of each logical block
@@ -134,7 +135,7 @@ def kernel_sizes(device=None) -> KernelSizes:
         sizes = KernelSizes(
             batch=4, num_heads=16, num_kv_heads=4, head_dim=64, lengths=(1,), dtype=torch.float32
         )
-    tokens = max(KERNEL_MIN_LONGEST[device.type], -(-dram_bytes(device) // sizes.kv_bytes(1)))
+    tokens = max(KERNEL_MIN_LONGEST[device.type], ceil_div(dram_bytes(device), sizes.kv_bytes(1)))
     longest = 1 << (tokens - 1).bit_length()
     return replace(sizes, lengths=(longest // 16, longest // 4, longest))
 

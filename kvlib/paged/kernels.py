@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.units import ceil_div
 
 
 class GatherBuffer:
@@ -202,7 +203,7 @@ def paged_attention(
     group = num_heads // num_kv_heads
     mask = key_mask(seq_lens, num_new, q.dtype) if mask is None else mask
     num_keys = mask.num_keys
-    tables = block_tables[:, : -(-num_keys // k_cache.shape[1])]  # no more blocks than the longest needs
+    tables = block_tables[:, : ceil_div(num_keys, k_cache.shape[1])]  # no more blocks than the longest needs
     k_buffer, v_buffer, scores_buffer = (*(buffers or ()), None, None, None)[
         :3
     ]  # K, V and, optionally, scores

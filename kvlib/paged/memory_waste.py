@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from kvlib import KVLibError
 from kvlib.paged.block_manager import BlockManager
+from kvlib.units import ceil_div
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ def reservation_waste(lengths: Sequence[int], max_len: int, block_size: int = 16
         raise KVLibError(f"request lengths must be positive, not {lengths[:5]}...")
     if max(lengths) > max_len:
         raise KVLibError(f"a request of {max(lengths)} tokens exceeds max_len {max_len}")
-    manager = BlockManager(sum(-(-n // block_size) for n in lengths), block_size, enable_prefix_caching=False)
+    manager = BlockManager(
+        sum(ceil_div(n, block_size) for n in lengths), block_size, enable_prefix_caching=False
+    )
     for seq_id, n in enumerate(lengths):
         manager.allocate(seq_id, [0] * n)
     usage = manager.usage()

@@ -18,7 +18,7 @@ a real engine.
 """
 
 from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
-from kvlib.serving.calibration import Calibration, DECODE_POINTS, PREFILL_LENGTHS, calibrate, decode_lengths
+from kvlib.serving.calibration import DECODE_POINTS, PREFILL_LENGTHS, Calibration, calibrate, decode_lengths
 from kvlib.serving.engine import (
     engine_clock,
     execute,
@@ -30,8 +30,8 @@ from kvlib.serving.engine import (
 from kvlib.serving.gpu_model import KVBudget, kv_budget, roofline_step, roofline_step_model
 from kvlib.serving.placement import (
     ALLOCATORS,
-    BlockCounter,
     POLICIES,
+    BlockCounter,
     PagedMemory,
     ReservedMemory,
     make_memory,
@@ -69,11 +69,11 @@ from kvlib.serving.sharing import (
     parallel_sampling_blocks,
 )
 from kvlib.serving.simulator import simulate
-from kvlib.serving.step_time import StepTimeModel, TERMS, fit_step_time
+from kvlib.serving.step_time import TERMS, StepTimeModel, fit_step_time
 from kvlib.serving.traces import (
     ALPACA,
-    Request,
     SHAREGPT,
+    Request,
     TraceSpec,
     clipped_lognormal_mean,
     make_trace,

@@ -24,6 +24,7 @@ from kvlib.model.llama import TinyLlama
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.engine import engine_clock
 from kvlib.serving.step_time import StepTimeModel, fit_step_time
+from kvlib.units import ceil_div
 
 DECODE_POINTS = (
     (1, 16),
@@ -59,7 +60,7 @@ def _decode_step_s(model: TinyLlama, num_seqs: int, length: int, block_size: int
     """Fastest of ``repeats`` decode steps of ``num_seqs`` sequences of about ``length`` tokens on a paged cache."""
     device = model.lm_head.weight.device
     lengths = decode_lengths(num_seqs, length, block_size)
-    num_blocks = num_seqs * -(-(length + repeats + 2) // block_size)
+    num_blocks = num_seqs * ceil_div(length + repeats + 2, block_size)
     cache = PagedKVCache(
         model.config,
         num_blocks,
@@ -88,7 +89,7 @@ def _prefill_s(model: TinyLlama, length: int, block_size: int, repeats: int) -> 
     device = model.lm_head.weight.device
     cache = PagedKVCache(
         model.config,
-        -(-length // block_size),
+        ceil_div(length, block_size),
         block_size,
         device=device,
         dtype=model.lm_head.weight.dtype,

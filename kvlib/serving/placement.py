@@ -25,6 +25,7 @@ from kvlib.paged.block_manager import Allocation, BlockManager
 from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
 from kvlib.serving.traces import Request
 from kvlib.serving.types import SeqState, StepPlan
+from kvlib.units import ceil_div
 
 POLICIES = ("max", "pow2", "oracle", "paged")
 
@@ -144,7 +145,7 @@ class BlockCounter:
         self.num_slots: dict[int, int] = {}  # seq_id -> tokens with a slot
 
     def num_blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return ceil_div(num_tokens, self.block_size)
 
     def num_blocks_short(self, token_ids) -> int:
         return self.num_blocks_for(len(token_ids)) - self.num_free_blocks

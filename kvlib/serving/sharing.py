@@ -21,6 +21,7 @@ from kvlib.measure.timing import one_cpu_thread
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import BlockManager
 from kvlib.paged.paged_cache import PagedKVCache
+from kvlib.units import ceil_div
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def parallel_sampling_blocks(prompt_len: int, output_len: int, n: int, block_siz
     if min(prompt_len, output_len, n, block_size) < 1:
         raise KVLibError("prompt_len, output_len, n and block_size must be positive")
     manager = BlockManager(
-        n * -(-(prompt_len + output_len) // block_size) + n, block_size, enable_prefix_caching=False
+        n * ceil_div(prompt_len + output_len, block_size) + n, block_size, enable_prefix_caching=False
     )
     manager.allocate(0, list(range(prompt_len)))
     manager.mark_computed(0)
@@ -113,7 +114,7 @@ def beam_search(model: TinyLlama, prompt, width: int, num_new: int, block_size: 
 def _beam_search(
     model: TinyLlama, prompt: list[int], width: int, num_new: int, block_size: int, device
 ) -> BeamRun:
-    num_blocks = width * (-(-(len(prompt) + num_new) // block_size) + 1)
+    num_blocks = width * (ceil_div(len(prompt) + num_new, block_size) + 1)
     cache = PagedKVCache(
         model.config,
         num_blocks,

@@ -36,7 +36,7 @@ from kvlib.sizing.config_reader import (
     spec_from_config,
     spec_from_model_config,
 )
-from kvlib.sizing.dtypes import KVDtype, KV_DTYPES, kv_dtype
+from kvlib.sizing.dtypes import KV_DTYPES, KVDtype, kv_dtype
 from kvlib.sizing.spec import (
     CacheSize,
     ModelSpec,

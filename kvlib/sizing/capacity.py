@@ -36,7 +36,7 @@ from kvlib import KVLibError
 from kvlib.sizing.catalog import resolve_model
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
 from kvlib.sizing.spec import ModelSpec, _check_int, cache_bytes, cache_size
-from kvlib.units import GiB
+from kvlib.units import GiB, ceil_div
 
 
 def weight_bytes(num_parameters: int, dtype: str | KVDtype = "bf16") -> int:
@@ -45,8 +45,8 @@ def weight_bytes(num_parameters: int, dtype: str | KVDtype = "bf16") -> int:
     dtype = kv_dtype(dtype)
     if not dtype.group_size:
         return num_parameters * dtype.bits // 8
-    groups = -(-num_parameters // dtype.group_size)
-    return -(-num_parameters * dtype.bits // 8) + groups * dtype.meta_bytes
+    groups = ceil_div(num_parameters, dtype.group_size)
+    return ceil_div(num_parameters * dtype.bits, 8) + groups * dtype.meta_bytes
 
 
 def free_bytes(gpu_bytes: int, weights: int, overhead_bytes: int = 0) -> int:

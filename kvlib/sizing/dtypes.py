@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.units import ceil_div
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,8 @@ class KVDtype:
 
     def vector_bytes(self, length: int) -> int:
         """Bytes of one stored vector of ``length`` values (a key, a value, or an MLA latent)."""
-        data = -(-length * self.bits // 8)  # ceil: a 4-bit vector of odd length still fills its last byte
-        groups = -(-length // self.group_size) if self.group_size else 0
+        data = ceil_div(length * self.bits, 8)  # ceil: a 4-bit vector of odd length still fills its last byte
+        groups = ceil_div(length, self.group_size) if self.group_size else 0
         return data + groups * self.meta_bytes
 
     def describe(self) -> str:

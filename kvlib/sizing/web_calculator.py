@@ -19,10 +19,10 @@ import json
 from importlib import resources
 
 from kvlib import KVLibError
-from kvlib.sizing.widget import capacity_report
 from kvlib.sizing.capacity import format_bytes_gib, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_export, catalog_names
 from kvlib.sizing.spec import cache_size, token_layer_bytes
+from kvlib.sizing.widget import capacity_report
 
 # The widget's choices and bounds (kvlib.calculator.calculator). The bounds keep every byte count
 # below 2**53, where JavaScript numbers are exact integers (tests/test_webcalc.py checks it).

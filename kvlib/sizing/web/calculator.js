@@ -16,7 +16,7 @@
   // ---------------------------------------------------------------- kvlib.sizing, in BigInt bytes
 
   const big = BigInt;
-  const ceilDiv = (a, b) => (a + b - 1n) / b; // for a >= 0, b > 0, like Python's -(-a // b)
+  const ceilDiv = (a, b) => (a + b - 1n) / b; // for a >= 0, b > 0, like Python's ceil_div(a, b)
 
   // KVDtype.vector_bytes: bits per value, plus (int8/int4) one scale and zero point per group.
   function vectorBytes(dtype, length) {

@@ -84,7 +84,9 @@ def test_answer_numbers_are_kvlibs():
     assert _rows(model="Llama-2-7B", context=128, batch=1)["per_sequence"].startswith(
         "67,108,864 B (0.062 GiB)"
     )
-    rows = _rows(model="Llama-3-8B", context=8192, batch=8)  # tests/test_calculator.py: 8 GiB, 61 sequences
+    rows = _rows(
+        model="Llama-3-8B", context=8192, batch=8
+    )  # tests/sizing/test_widget.py: 8 GiB, 61 sequences
     assert (
         rows["batch"]
         == f"{cache_bytes(catalog_entry('Llama-3-8B').spec, 8192, 8):,} B (8.000 GiB) for 8 sequences"

@@ -96,6 +96,7 @@ def test_the_engine_refuses_requests_longer_than_max_len():
         run_engine(MODEL, requests, "paged", 512, 32, progress=False)
 
 
+@pytest.mark.slow
 def test_calibration_measures_every_point_and_fits_nonnegative_constants():
     calibration = calibrate(
         MODEL,
@@ -117,6 +118,7 @@ def test_calibration_measures_every_point_and_fits_nonnegative_constants():
     assert calibration.model.fixed_s > 0  # a forward pass of a tiny model costs something whatever its batch
 
 
+@pytest.mark.slow
 def test_calibration_recovers_the_costs_of_steps_timed_by_a_known_model(monkeypatch):
     """With the timers replaced by a known step model, the fit must return that model: this catches
     a point measured with the wrong lengths, columns passed in the wrong order, or a broken fit

@@ -189,6 +189,7 @@ def test_cpu_setup_runs_on_one_thread():
         assert torch.get_num_threads() == 1
 
 
+@pytest.mark.slow
 def test_bench_reports_the_chapter_fields(monkeypatch):
     tiny = nocache.NoCacheSetup(
         torch.device("cpu"),

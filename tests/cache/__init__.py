@@ -1,0 +1,1 @@
+"""Tests of kvlib.cache, one file per module."""

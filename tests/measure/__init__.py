@@ -1,0 +1,1 @@
+"""Tests of kvlib.measure, one file per module."""

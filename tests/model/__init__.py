@@ -1,0 +1,1 @@
+"""Tests of kvlib.model, one file per module."""

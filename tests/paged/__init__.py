@@ -1,0 +1,1 @@
+"""Tests of kvlib.paged, one file per module."""

@@ -1,0 +1,1 @@
+"""Tests of kvlib.serving, one file per module."""

@@ -1,0 +1,1 @@
+"""Tests of kvlib.sizing, one file per module."""

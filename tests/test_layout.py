@@ -1,0 +1,98 @@
+"""The floor plan of kvlib: concept packages, imports pointing one way, small modules, one
+name for each idea (the rules of issue 2/7, checked on the source)."""
+
+import ast
+
+import pytest
+
+from tests.layout import KVLIB, find_cycle, import_graph, modules, package_of
+
+PACKAGES = ("measure", "model", "cache", "sizing", "paged", "serving", "plotting", "exercises")
+MAX_LINES = 400
+# Names every module of a kind defines on purpose: the CLI calls each bench module's bench(),
+# and the exercise checker reads each chapter's WRONG_ANSWERS.
+PROTOCOL_NAMES = {"bench", "WRONG_ANSWERS"}
+
+
+def test_find_cycle_finds_a_cycle_and_only_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_between_modules():
+    """Lazy imports inside functions and type-only imports count too."""
+    assert find_cycle(import_graph()) is None
+
+
+def test_no_import_cycle_between_packages():
+    """Data flows one way: if paged imports from cache, nothing in cache imports from paged."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        room = package_of(module)
+        graph.setdefault(room, set()).update(
+            package_of(m) for m in imported if package_of(m) not in (room, "kvlib")
+        )
+    assert find_cycle(graph) is None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_says_what_it_holds(package):
+    init = KVLIB / package / "__init__.py"
+    assert init.exists(), f"kvlib/{package}/ is not a package"
+    doc = ast.get_docstring(ast.parse(init.read_text()))
+    assert doc and "chapter" in doc.lower(), (
+        f"kvlib/{package}/__init__.py must say what it holds and which chapter uses it"
+    )
+
+
+def test_no_module_over_400_lines():
+    long = {
+        name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, long
+
+
+def test_only_plotting_imports_matplotlib():
+    importers = [
+        name
+        for name, path in modules().items()
+        if not name.startswith("kvlib.plotting")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and any(
+            m.split(".")[0] == "matplotlib"
+            for m in [getattr(node, "module", None) or ""] + [a.name for a in node.names]
+        )
+    ]
+    assert not importers, importers
+
+
+def test_every_public_name_is_defined_once():
+    """``git grep "def name"`` finds one place (package __init__ files only re-export)."""
+    where: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        if path.name == "__init__.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for n in names:
+                if not n.startswith("_") and n not in PROTOCOL_NAMES:
+                    where.setdefault(n, []).append(name)
+    twice = {n: places for n, places in where.items() if len(places) > 1}
+    assert not twice, twice
+
+
+def test_package_init_exports_resolve():
+    import importlib
+
+    for package in PACKAGES:
+        mod = importlib.import_module(f"kvlib.{package}")
+        for name in getattr(mod, "__all__", ()):
+            assert hasattr(mod, name), f"kvlib.{package}.__all__ names {name}, which it lacks"
