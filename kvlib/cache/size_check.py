@@ -15,6 +15,7 @@ import torch
 
 from kvlib.measure.timing import torch_threads
 from kvlib.model.hf import quiet_transformers
+from kvlib.model.init import seeded_weights
 from kvlib.sizing.config_reader import spec_from_config, spec_from_model_config
 from kvlib.sizing.spec import cache_bytes
 
@@ -88,8 +89,7 @@ def transformers_cache_check(
     measure the tensors of the ``DynamicCache`` it returns (float32, CPU)."""
     from transformers import AutoModelForCausalLM
 
-    with quiet_transformers(), torch.random.fork_rng(devices=[]), torch_threads(1):
-        torch.manual_seed(seed)
+    with quiet_transformers(), seeded_weights(seed), torch_threads(1):
         model = AutoModelForCausalLM.from_config(config).eval()
         prompt = _prompt(config.vocab_size, batch, prompt_len, seed)
         out = model.generate(

@@ -5,6 +5,7 @@
 - ``attention``: decode and prefill attention for MHA, GQA and MQA in three forms (grouped
   einsum, repeat-K/V, PyTorch's SDPA).
 - ``rotary``: rotary position embeddings.
+- ``init``: :func:`seeded_weights`, the one seeded initialisation every model is built in.
 - ``llama``: :class:`TinyLlama`, a Llama-style decoder small enough for a CPU.
 - ``encdec``: an encoder-decoder, whose cross-attention K/V do not grow (chapter 1).
 - ``hf``: the bridge to Hugging Face ``transformers`` (weights both ways, logits compared).
@@ -28,6 +29,7 @@ from kvlib.model.hf import (
     random_hf_llama,
     to_hf,
 )
+from kvlib.model.init import seeded_weights
 from kvlib.model.llama import MLP, Attention, Block, RMSNorm, TinyLlama
 from kvlib.model.rotary import apply_rotary, new_token_rotary, rotary_cos_sin, rotary_inv_freq
 
@@ -61,5 +63,6 @@ __all__ = [
     "rotary_cos_sin",
     "rotary_inv_freq",
     "sdpa_attention",
+    "seeded_weights",
     "to_hf",
 ]

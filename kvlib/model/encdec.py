@@ -19,6 +19,7 @@ from torch import nn
 
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
+from kvlib.model.init import seeded_weights
 from kvlib.model.llama import MLP, Attention, Block, RMSNorm
 from kvlib.model.rotary import new_token_rotary
 
@@ -90,8 +91,7 @@ class EncoderDecoder(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
+        with seeded_weights(config.seed):
             self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
             self.encoder_layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
             self.encoder_norm = RMSNorm(config.d_model, config.norm_eps)

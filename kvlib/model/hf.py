@@ -25,6 +25,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.model.config import ModelConfig
+from kvlib.model.init import seeded_weights
 from kvlib.model.llama import TinyLlama
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is built locally; never reach the Hub
@@ -77,8 +78,7 @@ def random_hf_llama(config: ModelConfig, seed: int = 0):
     """A ``LlamaForCausalLM`` of ``config``'s shape with transformers' own random initialisation."""
     from transformers import LlamaForCausalLM
 
-    with quiet_transformers(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with quiet_transformers(), seeded_weights(seed):
         return LlamaForCausalLM(hf_config(config)).eval()
 
 
