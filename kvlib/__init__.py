@@ -1,27 +1,18 @@
 """kvlib: the small library behind *kvbook*, a book about the KV cache of transformers.
 
-One concept per module, grouped by the chapter that introduces it:
+One concept per package; each package's docstring lists its modules. Imports point down:
 
-- measuring (chapter 0, every measuring chapter): ``measure`` (timer, hardware banner,
-  bandwidth probe, thread control), ``plotting`` (figures), ``cli`` (``python -m kvlib``)
-- chapter 1, why a cache: ``model`` (a tiny Llama), ``cache`` (contiguous caches),
-  ``generate`` (three ways to decode), ``nocache`` (the measurement), ``costmodel``
-  (counting FLOPs), ``article`` (the article's NumPy experiment), ``encdec``
-  (cross-attention), ``hf`` (against transformers)
-- chapter 2, how big: ``sizing`` (byte counts, configs, capacity; data in ``catalog/``),
-  ``sizecheck`` (the formula against real tensors), ``attention`` (MHA/GQA/MQA),
-  ``decode`` (why fewer KV heads decode faster), ``calculator`` and ``webcalc`` (the
-  calculator in a notebook and in the online book)
-- chapter 3, paging: ``paged_pool`` (blocks, reference counts, prefix cache), ``paged``
-  (block tables, copy-on-write), ``paged_attention`` (kernel and paged cache),
-  ``paged_measure`` (equality, overhead, waste)
-- chapter 4, serving: ``traces``, ``placement`` (max/pow2/oracle/paged), ``serving``
-  (scheduler), ``simulator``, ``engine`` (the real engine), ``sharing``,
-  ``serving_measure``
-- chapter 5 and the reference pages: ``levers`` (the levers together), ``troubleshoot``
-  (the troubleshooting page), ``exercises`` (checks for every chapter's exercises)
-
-Run ``python -m kvlib --help`` for the command line.
+- ``units``, ``gpus``: byte units and ceiling division; GPU data sheets (chapters 4, 5).
+- ``measure``: timer, hardware facts and banner, bandwidth and FLOP probes (chapter 0).
+- ``sizing``: how big a cache is, for any model and GPU; pure arithmetic (chapter 2).
+- ``model``: a tiny Llama, attention variants, an encoder-decoder, the transformers bridge.
+- ``cache``: contiguous caches, generation, FLOP counts, chapter 1's experiments and
+  chapter 2's decode speed.
+- ``paged``: blocks, block tables, copy-on-write, prefix caching, paged kernels (chapter 3).
+- ``serving``: scheduler, memory policies, simulator, real engine (chapter 4).
+- ``levers`` (chapter 5), ``troubleshoot`` (the troubleshooting page), ``exercises``.
+- ``plotting``: every figure of the book (the only importer of matplotlib).
+- ``cli``: ``python -m kvlib`` (``env``, ``size``, ``bench``).
 """
 
 __version__ = "0.1.0"
