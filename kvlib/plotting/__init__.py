@@ -1,0 +1,53 @@
+"""Every figure of the book, one ``draw_*`` function per figure, grouped by chapter.
+
+This package is the only part of kvlib that imports matplotlib: the experiments return
+numbers and tables, and the notebooks (and tests) pass them here to be drawn. Each
+function returns its :class:`matplotlib.figure.Figure`.
+
+- ``common``: :func:`axes`, the labelled axes every single-panel figure starts from.
+- ``cache``: chapter 1 (the article's cached loop, growth with length, step latency, the
+  concatenation trap, the encoder-decoder's two caches).
+- ``sizing``: chapter 2 (the catalog's cache sizes, max batch on one GPU, decode attention's
+  time and roofline).
+- ``paged``: chapter 3 (block tables and the pool, memory wasted, the paged kernel's overhead).
+- ``serving``: chapter 4 (trace lengths, where the KV budget goes, latency curves, regimes).
+- ``levers``: chapter 5 (the lever chain relative to the baseline).
+"""
+
+from kvlib.plotting.cache import (
+    draw_concat_trap,
+    draw_encdec_cache_bytes,
+    draw_growth,
+    draw_step_latency,
+    draw_step_profile,
+)
+from kvlib.plotting.common import axes
+from kvlib.plotting.levers import draw_chain
+from kvlib.plotting.paged import draw_block_tables, draw_kernel_overhead, draw_memory_waste
+from kvlib.plotting.serving import (
+    draw_latency_curves,
+    draw_length_histograms,
+    draw_memory_breakdown,
+    draw_regime_curve,
+)
+from kvlib.plotting.sizing import draw_catalog, draw_decode_times, draw_max_batch, draw_roofline
+
+__all__ = [
+    "axes",
+    "draw_block_tables",
+    "draw_catalog",
+    "draw_chain",
+    "draw_concat_trap",
+    "draw_decode_times",
+    "draw_encdec_cache_bytes",
+    "draw_growth",
+    "draw_kernel_overhead",
+    "draw_latency_curves",
+    "draw_length_histograms",
+    "draw_max_batch",
+    "draw_memory_breakdown",
+    "draw_regime_curve",
+    "draw_roofline",
+    "draw_step_latency",
+    "draw_step_profile",
+]
