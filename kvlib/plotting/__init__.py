@@ -46,6 +46,7 @@ __all__ = [
     "draw_length_histograms",
     "draw_max_batch",
     "draw_memory_breakdown",
+    "draw_memory_waste",
     "draw_regime_curve",
     "draw_roofline",
     "draw_step_latency",
