@@ -3,9 +3,10 @@
 With ``num_heads`` query heads and ``num_kv_heads`` key/value heads, each K/V head serves
 a group of ``num_heads // num_kv_heads`` query heads. :func:`grouped_attention` computes
 this without copying K and V once per query head: it folds each group's queries into
-the row dimension of one matrix product against the shared K/V head. The model of
-chapter 1 uses it for every forward pass; chapter 2 measures it against the two usual
-alternatives.
+the row dimension of one matrix product against the shared K/V head. The models of
+chapter 1 and the contiguous caches of :mod:`kvlib.cache.contiguous` use it for every
+forward pass; chapter 2 (:mod:`kvlib.cache.decode_speed`) measures it against the two usual
+alternatives, :func:`repeat_kv_attention` and :func:`sdpa_attention`.
 """
 
 from __future__ import annotations
@@ -33,14 +34,13 @@ def grouped_attention(
     group = num_heads // num_kv_heads
     # Fold each group's query heads into rows: (batch, kv_heads, group * num_new, head_dim).
     q = q.reshape(batch, num_kv_heads, group * num_new, head_dim)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)  # (batch, kv_heads, group*new, keys)
-    scores = scores.view(batch, num_kv_heads, group, num_new, num_keys)
-    if num_new > 1 or not isinstance(q_start, int):
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)  # (batch, kv_heads, group * num_new, num_keys)
+    scores = scores.view(batch, num_kv_heads, group, num_new, num_keys)  # each group's rows apart
+    if num_new > 1 or not isinstance(q_start, int):  # one query at the end of its keys needs no mask
         scores = scores.masked_fill(~causal_mask(q_start, num_new, num_keys, q.device), float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
-    out = (
-        weights.view(batch, num_kv_heads, group * num_new, num_keys) @ v
-    )  # (batch, kv_heads, group*new, head_dim)
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)  # (batch, kv_heads, group, num_new, num_keys)
+    weights = weights.view(batch, num_kv_heads, group * num_new, num_keys)
+    out = weights @ v  # (batch, kv_heads, group * num_new, head_dim)
     return out.view(batch, num_heads, num_new, head_dim)
 
 
@@ -50,11 +50,12 @@ def causal_mask(q_start: int | torch.Tensor, num_new: int, num_keys: int, device
     Shape (num_new, num_keys) for an int ``q_start``; (batch, 1, 1, num_new, num_keys) for
     a per-sequence tensor, ready to broadcast over (batch, kv_heads, group, new, keys).
     """
-    query_pos = torch.arange(num_new, device=device)[:, None]
-    key_pos = torch.arange(num_keys, device=device)[None, :]
+    query_pos = torch.arange(num_new, device=device)[:, None]  # (num_new, 1)
+    key_pos = torch.arange(num_keys, device=device)[None, :]  # (1, num_keys)
     if isinstance(q_start, int):
-        return key_pos <= query_pos + q_start
-    return (key_pos <= query_pos + q_start.to(device).view(-1, 1, 1))[:, None, None]
+        return key_pos <= query_pos + q_start  # (num_new, num_keys)
+    starts = q_start.to(device).view(-1, 1, 1)  # (batch, 1, 1)
+    return (key_pos <= query_pos + starts)[:, None, None]  # (batch, 1, 1, num_new, num_keys)
 
 
 def repeat_kv_attention(
@@ -70,8 +71,8 @@ def repeat_kv_attention(
     """
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)  # (batch, num_heads, num_keys, head_dim): a fresh copy
-    v = v.repeat_interleave(group, dim=1)
-    return grouped_attention(q, k, v, q_start)
+    v = v.repeat_interleave(group, dim=1)  # (batch, num_heads, num_keys, head_dim): another
+    return grouped_attention(q, k, v, q_start)  # (batch, num_heads, num_new, head_dim), group of 1
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int = 0) -> torch.Tensor:
@@ -82,5 +83,6 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: i
     causal mask as :func:`grouped_attention`.
     """
     num_new, num_keys = q.shape[2], k.shape[2]
-    mask = None if num_new == 1 else causal_mask(q_start, num_new, num_keys, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    mask = None if num_new == 1 else causal_mask(q_start, num_new, num_keys, q.device)  # (num_new, num_keys)
+    # q (batch, num_heads, num_new, head_dim); k, v (batch, num_kv_heads, num_keys, head_dim)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # like q

@@ -1,14 +1,12 @@
-"""A tiny Llama-style decoder (RMSNorm, rotary positions, SwiGLU, grouped K/V heads).
+"""What every model of the book is built from: its shape and the cache it talks to (chapters 1-3).
 
-Chapter 1 generates text with it three ways (no cache, preallocated cache, cache grown
-by concatenation); chapter 3 runs it on a paged cache. Module and parameter names follow
-Hugging Face's ``LlamaForCausalLM`` so its weights load without renaming.
-
-The model does not know how its keys and values are stored. A forward pass asks the
-cache for the positions of the new tokens (``cache.prepare``), and each layer hands the
-cache its new K and V together with its queries (``cache.attend``); the cache stores
-them and returns the attention output. ``kvlib.cache`` has the contiguous caches,
-``kvlib.paged`` the paged one.
+:class:`ModelConfig` gives a model's dimensions (``num_kv_heads`` picks MHA, GQA or MQA) and
+the seed of its weights; :mod:`kvlib.sizing` computes the same model's cache bytes from the
+same field names. :class:`KVCache` is the two-method protocol by which a model stores keys
+and values without knowing how: a forward pass asks the cache for the positions of the new
+tokens (``prepare``), and each layer hands it the new K and V with its queries and gets the
+attention output back (``attend``). :mod:`kvlib.cache.contiguous` implements it with
+contiguous tensors (chapter 1), :mod:`kvlib.paged.paged_cache` with blocks (chapter 3).
 """
 
 from __future__ import annotations
@@ -62,6 +60,7 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
+        """Width of one attention head, d_model / num_heads (the same for queries, keys and values)."""
         return self.d_model // self.num_heads
 
 

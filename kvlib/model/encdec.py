@@ -1,13 +1,14 @@
-"""A small encoder-decoder with cross-attention, to see which cache grows (chapter 1).
+"""A small encoder-decoder with cross-attention, to see which cache grows (chapters 1 and 6).
 
 In an encoder-decoder (the original Transformer {cite}`vaswani2017attention`, T5,
 Whisper) every decoder layer has two attentions. Self-attention looks at the tokens
 generated so far, so its cache gains one key and one value per layer at every step.
 Cross-attention looks at the encoder's output, which is fixed once the input is
 encoded, so its keys and values are computed once and never grow. This model reuses
-:mod:`kvlib.model`'s blocks: the encoder is a stack of decoder blocks whose attention
+:mod:`kvlib.model.llama`'s blocks: the encoder is a stack of decoder blocks whose attention
 sees every position (:class:`FullAttention`), and each decoder block adds a
-:class:`CrossAttention` between self-attention and the MLP.
+:class:`CrossAttention` between self-attention and the MLP. Its generation loop is
+:func:`kvlib.cache.generation.generate_encdec`.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ class FullAttention:
     """A stand-in cache for the encoder: stores nothing and lets every position see every other."""
 
     def __init__(self, batch: int, length: int, device=None):
-        self.positions = torch.arange(length, device=device).expand(batch, length)
+        self.positions = torch.arange(length, device=device).expand(batch, length)  # (batch, length)
 
     def prepare(self, num_new: int) -> torch.Tensor:
+        """Positions 0 .. length-1 of every source sequence, (batch, length): the whole input at once."""
         return self.positions
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        """q (batch, heads, length, head_dim) over k, v (batch, kv_heads, length, head_dim), unmasked."""
         return grouped_attention(q, k, v, q_start=k.shape[2])  # a start past the last key masks nothing
 
 
@@ -46,6 +49,7 @@ class CrossKV:
 
     @property
     def num_bytes(self) -> int:
+        """Bytes of every layer's cross-attention K and V: fixed once the source is encoded."""
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
@@ -57,19 +61,20 @@ class CrossAttention(Attention):
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of the encoder output (batch, src_len, d_model): the part worth caching."""
-        batch, src_len, _ = memory.shape
-        k = self.k_proj(memory).view(batch, src_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(memory).view(batch, src_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        return k, v  # (batch, kv_heads, src_len, head_dim) each
+        k = self.split_heads(self.k_proj, memory, self.num_kv_heads)  # (batch, kv_heads, src_len, head_dim)
+        v = self.split_heads(self.v_proj, memory, self.num_kv_heads)  # (batch, kv_heads, src_len, head_dim)
+        return k, v
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        batch, seq, _ = x.shape
-        q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
-        out = grouped_attention(q, k, v, q_start=k.shape[2])  # every query sees the whole source
-        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+        """x (batch, seq, d_model) of the decoder attends to k, v (batch, kv_heads, src_len, head_dim)."""
+        q = self.split_heads(self.q_proj, x, self.num_heads)  # (batch, heads, seq, head_dim)
+        out = grouped_attention(q, k, v, q_start=k.shape[2])  # (batch, heads, seq, head_dim), no mask
+        return self.merge_heads(out)  # (batch, seq, d_model)
 
 
 class DecoderBlock(nn.Module):
+    """One decoder layer of the encoder-decoder: self-attention, cross-attention, MLP, each pre-norm."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
@@ -80,13 +85,18 @@ class DecoderBlock(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cos, sin, layer: int, cache: KVCache | None, cross_k, cross_v) -> torch.Tensor:
+        """x (batch, seq, d_model) -> (batch, seq, d_model); cross_k, cross_v: the layer's cross K/V."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer, cache)
         x = x + self.cross_attn(self.cross_attn_layernorm(x), cross_k, cross_v)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class EncoderDecoder(nn.Module):
-    """``config.num_layers`` encoder blocks and as many decoder blocks, one shared embedding, seeded weights."""
+    """``config.num_layers`` encoder and as many decoder blocks, one shared embedding, seeded weights.
+
+    The weights are drawn in :func:`~kvlib.model.init.seeded_weights` (``config.seed``), like
+    :class:`~kvlib.model.llama.TinyLlama`'s.
+    """
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -103,9 +113,9 @@ class EncoderDecoder(nn.Module):
         """source token ids (batch, src_len) -> encoder output (batch, src_len, d_model)."""
         full = FullAttention(*source.shape, device=source.device)
         cos, sin = new_token_rotary(source, full, self.config)
-        x = self.embed_tokens(source)
+        x = self.embed_tokens(source)  # (batch, src_len, d_model)
         for i, block in enumerate(self.encoder_layers):
-            x = block(x, cos, sin, i, full)
+            x = block(x, cos, sin, i, full)  # (batch, src_len, d_model)
         return self.encoder_norm(x)
 
     def cross_kv(self, memory: torch.Tensor) -> CrossKV:
@@ -116,7 +126,7 @@ class EncoderDecoder(nn.Module):
     def decode(self, tokens: torch.Tensor, cross: CrossKV, cache: KVCache | None = None) -> torch.Tensor:
         """Logits of the last position, (batch, vocab); ``tokens`` as for :meth:`TinyLlama.forward`."""
         cos, sin = new_token_rotary(tokens, cache, self.config)
-        x = self.embed_tokens(tokens)
+        x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.decoder_layers):
-            x = block(x, cos, sin, i, cache, cross.k[i], cross.v[i])
-        return self.lm_head(self.norm(x[:, -1]))
+            x = block(x, cos, sin, i, cache, cross.k[i], cross.v[i])  # (batch, seq, d_model)
+        return self.lm_head(self.norm(x[:, -1]))  # (batch, vocab)

@@ -1,18 +1,15 @@
-"""Our tiny model against Hugging Face ``transformers``' Llama (chapter 1).
+"""The bridge between our tiny model and Hugging Face ``transformers``' Llama (chapters 1 and 2).
 
-Two uses. First, a correctness check: :func:`random_hf_llama` builds a randomly
-initialised ``LlamaForCausalLM`` from a small ``LlamaConfig`` (nothing is downloaded),
-:func:`load_hf_weights` copies its weights into a :class:`~kvlib.model.TinyLlama`, and
-:func:`max_logit_difference` shows that both compute the same logits. Second, a
-comparison with what users would run: :func:`to_hf` puts our weights into a
-``LlamaForCausalLM`` and :func:`time_hf_generate` times its ``generate`` with and
-without its own KV cache; :func:`race_generators` times our cached generation beside
-``generate`` with and without its cache by one protocol (interleaved rounds, fastest run
-of each), which is what chapter 1 compares.
+:func:`random_hf_llama` builds a randomly initialised ``LlamaForCausalLM`` from a small
+``LlamaConfig`` (nothing is downloaded); :func:`load_hf_weights` and :func:`from_hf` copy
+its weights into a :class:`~kvlib.model.llama.TinyLlama`, and :func:`max_logit_difference`
+shows that both compute the same logits, which is chapter 1's correctness check. :func:`to_hf`
+goes the other way, for :mod:`kvlib.cache.transformers_race`, which times ``generate``
+beside our generation.
 
 ``transformers`` is imported only inside these functions (it takes seconds to import),
 and its logging is lowered to errors only while they run (:func:`quiet_transformers`, which
-chapter 2's :mod:`kvlib.sizecheck` also uses): its generation code logs advice at
+chapter 2's :mod:`kvlib.cache.size_check` also uses): its generation code logs advice at
 warning level that would otherwise land on stderr.
 """
 
@@ -60,7 +57,7 @@ CONFIG_FIELDS = {
 
 
 def hf_config(config: ModelConfig):
-    """The ``LlamaConfig`` with the same shape as ``config`` (no special tokens: generation never stops early)."""
+    """The ``LlamaConfig`` of ``config``'s shape (no special tokens: generation never stops early)."""
     from transformers import LlamaConfig
 
     return LlamaConfig(
@@ -96,7 +93,8 @@ def model_config_of(hf_model) -> ModelConfig:
     rope = dict(getattr(c, "rope_parameters", None) or {})
     if rope.get("rope_type", "default") != "default":
         raise KVLibError(
-            f"the Hugging Face model uses rope_type {rope['rope_type']!r}; TinyLlama has only the default RoPE"
+            f"the Hugging Face model uses rope_type {rope['rope_type']!r}; "
+            "TinyLlama has only the default RoPE"
         )
     if c.hidden_act != "silu":
         raise KVLibError(
@@ -104,7 +102,8 @@ def model_config_of(hf_model) -> ModelConfig:
         )
     if c.head_dim * c.num_attention_heads != c.hidden_size:
         raise KVLibError(
-            f"head_dim {c.head_dim} x {c.num_attention_heads} heads != hidden_size {c.hidden_size}; TinyLlama needs them equal"
+            f"head_dim {c.head_dim} x {c.num_attention_heads} heads != hidden_size {c.hidden_size}; "
+            "TinyLlama needs them equal"
         )
     fields = {ours: getattr(c, theirs) for ours, theirs in CONFIG_FIELDS.items()}
     return ModelConfig(**fields, rope_theta=float(rope.get("rope_theta", 10000.0)))
@@ -126,7 +125,8 @@ def load_hf_weights(model: TinyLlama, hf_model) -> TinyLlama:
         )
     if unexpected:
         raise KVLibError(
-            f"the Hugging Face weights have {unexpected[0]!r}, which TinyLlama does not ({len(unexpected)} extra)"
+            f"the Hugging Face weights have {unexpected[0]!r}, "
+            f"which TinyLlama does not ({len(unexpected)} extra)"
         )
     for key, value in theirs.items():
         if value.shape != ours[key].shape:

@@ -1,14 +1,15 @@
 """A tiny Llama-style decoder (RMSNorm, rotary positions, SwiGLU, grouped K/V heads).
 
-Chapter 1 generates text with it three ways (no cache, preallocated cache, cache grown
-by concatenation); chapter 3 runs it on a paged cache. Module and parameter names follow
-Hugging Face's ``LlamaForCausalLM`` so its weights load without renaming.
+Chapter 1 generates text with :class:`TinyLlama` three ways (no cache, preallocated cache,
+cache grown by concatenation, :mod:`kvlib.cache.generation`); chapter 3 runs it on a paged
+cache (:mod:`kvlib.paged.generation`); chapter 6 reuses it. Module and parameter names follow
+Hugging Face's ``LlamaForCausalLM`` so its weights load without renaming
+(:mod:`kvlib.model.hf`), and its weights are drawn in :func:`~kvlib.model.init.seeded_weights`.
 
-The model does not know how its keys and values are stored. A forward pass asks the
-cache for the positions of the new tokens (``cache.prepare``), and each layer hands the
-cache its new K and V together with its queries (``cache.attend``); the cache stores
-them and returns the attention output. ``kvlib.cache`` has the contiguous caches,
-``kvlib.paged`` the paged one.
+The model does not know how its keys and values are stored: each layer hands the cache
+(the :class:`~kvlib.model.config.KVCache` protocol) its new K and V with its queries, and the
+cache returns the attention output. Without a cache the tokens are the whole sequence and
+attention is :func:`~kvlib.model.attention.grouped_attention` over them.
 """
 
 from __future__ import annotations
@@ -24,45 +25,60 @@ from kvlib.model.rotary import apply_rotary, new_token_rotary
 
 
 class RMSNorm(nn.Module):
+    """Root-mean-square normalisation with a learned scale (Llama's ``LlamaRMSNorm``), computed in float32."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim))  # (dim,): starts at 1, draws no random numbers
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        """x (..., dim) divided by its root mean square over the last dimension, times the scale."""
+        x32 = x.float()  # (..., dim)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., dim)
+        return self.weight * x32.to(x.dtype)  # (..., dim)
 
 
 class Attention(nn.Module):
+    """Self-attention with rotary positions and grouped K/V heads; the cache stores K/V and attends."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            config.num_heads,
-            config.num_kv_heads,
-            config.head_dim,
-        )
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
         self.q_proj = nn.Linear(config.d_model, config.num_heads * config.head_dim, bias=False)
         self.k_proj = nn.Linear(config.d_model, config.num_kv_heads * config.head_dim, bias=False)
         self.v_proj = nn.Linear(config.d_model, config.num_kv_heads * config.head_dim, bias=False)
         self.o_proj = nn.Linear(config.num_heads * config.head_dim, config.d_model, bias=False)
 
-    def forward(self, x, cos, sin, layer: int, cache: KVCache | None) -> torch.Tensor:
+    def split_heads(self, proj: nn.Linear, x: torch.Tensor, num_heads: int) -> torch.Tensor:
+        """Project x (batch, seq, d_model) and split it into heads: (batch, num_heads, seq, head_dim)."""
         batch, seq, _ = x.shape
-        q = (
-            self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
-        )  # (batch, heads, seq, head_dim)
-        k = (
-            self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        )  # (batch, kv_heads, seq, head_dim)
-        v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return proj(x).view(batch, seq, num_heads, self.head_dim).transpose(1, 2)
+
+    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
+        """out (batch, heads, seq, head_dim) -> heads side by side, through o_proj: (batch, seq, d_model)."""
+        batch, _, seq, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))  # via (batch, seq, heads * head_dim)
+
+    def forward(self, x, cos, sin, layer: int, cache: KVCache | None) -> torch.Tensor:
+        """x (batch, seq, d_model) of the new tokens -> attention output (batch, seq, d_model).
+
+        cos, sin: (batch, 1, seq, head_dim) rotary angles of the new tokens' positions.
+        Without a cache the new tokens are the whole sequence and attend to each other.
+        """
+        q = apply_rotary(self.split_heads(self.q_proj, x, self.num_heads), cos, sin)
+        k = apply_rotary(self.split_heads(self.k_proj, x, self.num_kv_heads), cos, sin)
+        v = self.split_heads(self.v_proj, x, self.num_kv_heads)
+        # q: (batch, heads, seq, head_dim); k, v: (batch, kv_heads, seq, head_dim)
         out = grouped_attention(q, k, v) if cache is None else cache.attend(layer, q, k, v)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+        return self.merge_heads(out)  # out: (batch, heads, seq, head_dim) -> (batch, seq, d_model)
 
 
 class MLP(nn.Module):
+    """Llama's SwiGLU feed-forward layer: down(silu(gate(x)) * up(x))."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=False)
@@ -70,10 +86,13 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (batch, seq, d_model) -> (batch, seq, d_model), through (batch, seq, d_ff)."""
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Block(nn.Module):
+    """One decoder layer: pre-norm self-attention and pre-norm MLP, each added to the residual stream."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(config.d_model, config.norm_eps)
@@ -82,6 +101,7 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cos, sin, layer: int, cache: KVCache | None) -> torch.Tensor:
+        """x (batch, seq, d_model) -> (batch, seq, d_model); ``layer`` tells the cache whose K/V these are."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, layer, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -111,7 +131,7 @@ class TinyLlama(nn.Module):
         cos, sin = new_token_rotary(tokens, cache, self.config)
         x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, i, cache)
+            x = block(x, cos, sin, i, cache)  # (batch, seq, d_model)
         if last_only:
-            x = x[:, -1:]
-        return self.lm_head(self.norm(x))
+            x = x[:, -1:]  # (batch, 1, d_model)
+        return self.lm_head(self.norm(x))  # (batch, seq or 1, vocab)

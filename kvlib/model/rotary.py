@@ -1,14 +1,11 @@
-"""A tiny Llama-style decoder (RMSNorm, rotary positions, SwiGLU, grouped K/V heads).
+"""Rotary position embeddings (RoPE) as Llama computes them (chapters 1-3).
 
-Chapter 1 generates text with it three ways (no cache, preallocated cache, cache grown
-by concatenation); chapter 3 runs it on a paged cache. Module and parameter names follow
-Hugging Face's ``LlamaForCausalLM`` so its weights load without renaming.
-
-The model does not know how its keys and values are stored. A forward pass asks the
-cache for the positions of the new tokens (``cache.prepare``), and each layer hands the
-cache its new K and V together with its queries (``cache.attend``); the cache stores
-them and returns the attention output. ``kvlib.cache`` has the contiguous caches,
-``kvlib.paged`` the paged one.
+Each pair of a head's dimensions is rotated by an angle proportional to the token's
+position, so that the score of a query and a key depends on their distance. Positions come
+from the cache (:meth:`~kvlib.model.config.KVCache.prepare`), so a decode step rotates only
+the new token's query and key; stored keys are kept rotated. The convention (pairs
+``i, i + head_dim / 2``, float32 angles) is ``transformers``' Llama's, so that the logits of
+:mod:`kvlib.model.hf`'s comparison agree.
 """
 
 from __future__ import annotations
