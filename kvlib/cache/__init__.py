@@ -1,16 +1,22 @@
-"""The contiguous KV cache and what it buys (chapter 1; chapter 2's decode-speed experiment).
+"""The contiguous KV cache and what it buys (chapter 1; chapter 2's experiments; reused in 3 and 6).
 
 - ``contiguous``: the preallocated cache and the concatenating one (the trap), with their byte
   counts.
-- ``generate``: generation without a cache, with one and with concatenation (one decode loop),
-  and the encoder-decoder's generation.
-- ``costmodel``: FLOPs per step, the fitted time per FLOP and the growth exponent.
+- ``generation``: greedy generation without a cache, with one and with concatenation (one
+  :class:`Decoder` step at a time), and the encoder-decoder's generation.
+- ``costmodel``: FLOPs per step, the fitted time per FLOP, the growth exponent, and when the
+  concatenation trap matters for real models.
 - ``article``: the source article's NumPy experiment, reproduced.
 - ``nocache_race``: chapter 1's lockstep race of no cache against a cache.
 - ``concat_trap``: chapter 1's measurement of what concatenation copies.
 - ``transformers_race``: our generation against ``transformers``' ``generate``.
-- ``size_check``: the size formula of :mod:`kvlib.sizing` against the bytes real caches hold.
-- ``decode_speed``: chapter 2's decode attention for each number of KV heads on the roofline.
+- ``size_check``: the size formula of :mod:`kvlib.sizing.spec` against the bytes real caches hold
+  (chapter 2).
+- ``decode_speed``: chapter 2's decode attention for each number of KV heads on the roofline
+  (chapter 6 reuses it).
+
+The caches implement :class:`kvlib.model.config.KVCache`; the paged cache is in
+:mod:`kvlib.paged.paged_cache`, one layer up.
 """
 
 from kvlib.cache.article import (

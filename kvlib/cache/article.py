@@ -21,6 +21,7 @@ counts each loop's arithmetic.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ class ArticleSetup:
 
     @classmethod
     def draw(cls, num_tokens: int, d_model: int = 256, num_layers: int = 4, seed: int = 0) -> ArticleSetup:
+        """Draw the weights, then the inputs, from one NumPy generator seeded with ``seed``."""
         for name, value in (("num_tokens", num_tokens), ("d_model", d_model), ("num_layers", num_layers)):
             if not isinstance(value, int) or value < 1:
                 raise KVLibError(f"{name} must be a positive integer, not {value!r}")
@@ -70,9 +72,7 @@ def loop_with_cache(setup: ArticleSetup) -> np.ndarray:
     The append is a concatenation, as in the article: it builds a new array and copies the
     whole cache into it at every step (the trap the chapter measures later).
     """
-    for out in cached_steps(setup):
-        pass
-    return out
+    return deque(cached_steps(setup), maxlen=1)[0]  # run every step, keep the last output
 
 
 def cached_steps(setup: ArticleSetup):
@@ -85,7 +85,7 @@ def cached_steps(setup: ArticleSetup):
         for layer, (w_q, w_k, w_v) in enumerate(setup.weights):
             keys[layer] = np.concatenate([keys[layer], new @ w_k])  # (t + 1, d_model): a fresh copy
             values[layer] = np.concatenate([values[layer], new @ w_v])
-            out = ((new @ w_q) @ keys[layer].T) @ values[layer]
+            out = ((new @ w_q) @ keys[layer].T) @ values[layer]  # (1, d_model)
         yield out
 
 
@@ -156,7 +156,7 @@ class ArticleRun:
 
 def _clock(blas_threads: int | None) -> str:
     """On one BLAS thread NumPy works on the calling thread alone: time it by that thread's CPU
-    time, which another program's turns on the core do not stretch (:func:`kvlib.measure.time_it`)."""
+    time, which another program's turns on the core do not stretch (:func:`kvlib.measure.timing.time_it`)."""
     return "thread" if blas_threads == 1 else "wall"
 
 
@@ -166,8 +166,8 @@ def reproduce(
     """Time both loops at each length by one protocol and check that they compute the same output.
 
     Each length runs ``repeats`` rounds; in each round both loops run once, taking turns
-    to go first (:func:`~kvlib.measure.time_interleaved`, built on
-    :func:`~kvlib.measure.time_it`). Speedups divide the fastest run of each: other
+    to go first (:func:`~kvlib.measure.timing.time_interleaved`, built on
+    :func:`~kvlib.measure.timing.time_it`). Speedups divide the fastest run of each: other
     programs can only add time to a run, so the fastest is the least disturbed, and a
     burst of load during one round falls on both loops. NumPy's BLAS runs on
     ``blas_threads`` threads (None: its default): on one thread a matrix product never
@@ -183,8 +183,8 @@ def reproduce(
             setup, out = ArticleSetup.draw(n, seed=seed), {}
             timings = time_interleaved(
                 {
-                    "without": lambda: out.update(slow=loop_without_cache(setup)),
-                    "with": lambda: out.update(fast=loop_with_cache(setup)),
+                    "without": lambda out=out, setup=setup: out.update(slow=loop_without_cache(setup)),
+                    "with": lambda out=out, setup=setup: out.update(fast=loop_with_cache(setup)),
                 },
                 rounds=repeats,
                 number=1,
@@ -214,7 +214,9 @@ def step_profile(
         for _ in range(repeats):
             steps = cached_steps(setup)
             seconds = [
-                time_it(lambda: next(steps), repeats=1, warmup=0, clock=_clock(blas_threads)).min_s
+                time_it(
+                    lambda steps=steps: next(steps), repeats=1, warmup=0, clock=_clock(blas_threads)
+                ).min_s
                 for _ in range(num_tokens)
             ]
             best = np.minimum(best, seconds)

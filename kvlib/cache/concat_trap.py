@@ -1,18 +1,13 @@
-"""Chapter 1's measurement: greedy decoding with and without a KV cache, step by step.
+"""Chapter 1's measurement of the concatenation trap: what a cache grown by ``torch.cat`` copies.
 
-:func:`race` runs several :class:`~kvlib.generate.Decoder` modes side by side on the same
-prompt. At every step each mode generates its next token and the step is timed with
-:func:`~kvlib.measure.time_it`; the modes take turns going first, so a burst of load
-from other programs falls on both. One run to N tokens gives the totals for every
-shorter length too (the first n steps of a greedy run do not depend on N), the
-per-token latency at every position, and a check that every mode chose the same
-tokens from logits that agree to rounding error.
-
-Sizes depend on the device (:func:`nocache_setup`); the chapter explains the choice. The
-concatenation trap (:func:`concat_trap`) is timed up to a cache larger than four times the
-last-level cache (:func:`~kvlib.measure.dram_bytes`), so that its longest point measures
-copies from DRAM, as a real model's would be. :func:`~kvlib.measure.time_interleaved` is the one protocol
-by which the chapter compares two functions: rounds in which each runs once, in turns.
+:func:`concat_trap` times one decode step's cache work (store one token's K and V in every
+layer and attend) in a :class:`~kvlib.cache.contiguous.ContiguousKVCache` and in a
+:class:`~kvlib.cache.contiguous.ConcatKVCache` holding the same tokens, at each of
+:func:`trap_lengths`: up to a cache larger than four times the last-level cache
+(:func:`~kvlib.measure.hardware.dram_size`), so that its longest point measures copies from
+DRAM, as a real model's would be. The two caches take turns by
+:func:`~kvlib.measure.timing.time_interleaved`, the one protocol by which the chapter
+compares two functions. :func:`filled_cache` fills a cache to a length without a prefill.
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ def trap_lengths(
 ) -> tuple[int, ...]:
     """Cache lengths for :func:`concat_trap`: ``start``, ``start`` x ``factor``, ..., up to the first
     length whose cache (K and V of every layer, float32, the whole batch) reaches
-    :func:`~kvlib.measure.dram_bytes` (four times the last-level cache, or more), so that the
+    :func:`~kvlib.measure.hardware.dram_bytes` (four times the last-level cache, or more), so that the
     last point copies from DRAM on any machine. When available memory caps
     ``dram_bytes``, the last length is the cap's (the chapter reports it)."""
     per_position = batch * kv_bytes_per_token(config)
@@ -55,11 +50,12 @@ class TrapPoint:
 
     @property
     def ratio(self) -> float:
+        """How many times longer the concatenating cache's step takes (medians)."""
         return self.concat.median_s / self.preallocated.median_s
 
 
 def filled_cache(kind: str, config: ModelConfig, batch: int, length: int, spare: int = 0, device=None):
-    """A ``"cache"`` (preallocated, room for ``spare`` more) or ``"concat"`` cache holding ``length`` random tokens.
+    """A ``"cache"`` (preallocated, ``spare`` slots free) or ``"concat"`` cache of ``length`` random tokens.
 
     It is filled the cheap way: one call per layer stores all the keys and values while a
     single dummy query attends to them, instead of a prefill's length x length attention.
@@ -76,12 +72,13 @@ def filled_cache(kind: str, config: ModelConfig, batch: int, length: int, spare:
     )
     generator = torch.Generator(device=device).manual_seed(0)  # drawn where they are used
     cache.prepare(length)
-    q = torch.zeros(batch, config.num_heads, 1, config.head_dim, device=device)
-    shape = (batch, config.num_kv_heads, length, config.head_dim)
+    q = torch.zeros(batch, config.num_heads, 1, config.head_dim, device=device)  # (batch, heads, 1, head_dim)
+    shape = (batch, config.num_kv_heads, length, config.head_dim)  # of each layer's K and V
     block_len = min(length, 4096)
     for layer in range(config.num_layers):
         k, v = (torch.empty(shape, device=device) for _ in "kv")
         for tensor in (k, v):
+            # (batch, kv_heads, block_len, head_dim), repeated along the positions
             block = torch.randn(shape[:2] + (block_len, shape[3]), generator=generator, device=device)
             for start in range(0, length, block_len):
                 tensor[:, :, start : start + block_len] = block[:, :, : length - start]
@@ -96,8 +93,8 @@ def concat_trap(
 
     The model's projections and MLP cost the same either way and are left out; what is
     timed is what the two caches do differently. The two caches take turns
-    (:func:`~kvlib.measure.time_interleaved`), one sample each per round, ``repeats`` rounds, so that both
-    meet the same conditions. A sample is ``number`` steps while the cache fits in the
+    (:func:`~kvlib.measure.timing.time_interleaved`), one sample each per round, ``repeats``
+    rounds, so that both meet the same conditions. A sample is ``number`` steps while the cache fits in the
     last-level cache and one step beyond (one step then streams at least the cache from
     DRAM, long enough to time). Each step adds a token: a measurement at length L covers
     L+1 to L+1+repeats*number.
@@ -105,6 +102,7 @@ def concat_trap(
     device = torch.device("cpu") if device is None else torch.device(device)
     generator = torch.Generator().manual_seed(1)
     q = torch.randn(batch, config.num_heads, 1, config.head_dim, generator=generator).to(device)
+    # one new token per step: q (batch, heads, 1, head_dim); k, v (batch, kv_heads, 1, head_dim)
     k, v = (
         torch.randn(batch, config.num_kv_heads, 1, config.head_dim, generator=generator).to(device)
         for _ in "kv"

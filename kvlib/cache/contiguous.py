@@ -1,10 +1,12 @@
-"""Contiguous KV caches for ``kvlib.model``: one preallocated and written in place, one grown by concatenation.
+"""Contiguous KV caches: one preallocated and written in place, one grown by concatenation.
 
-Both implement the model's two-method cache protocol (``prepare``, ``attend``). Chapter 1
+Both implement the model's two-method cache protocol (:class:`~kvlib.model.config.KVCache`:
+``prepare``, ``attend``) and attend with :func:`~kvlib.model.attention.grouped_attention`. Chapter 1
 compares them: the preallocated cache writes each new token's K and V into its slot,
 while the concatenating cache copies everything it holds at every step, which is the
 trap of growing arrays with ``torch.cat`` / ``np.vstack``. Chapter 2 checks their byte
-counts against the size formula.
+counts against the size formula (:mod:`kvlib.cache.size_check`); chapter 6 reads
+:func:`kv_bytes_per_token`.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ class ContiguousKVCache:
     def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None, dtype=torch.float32):
         if batch_size < 1 or max_len < 1:
             raise KVLibError(f"batch_size and max_len must be positive, not {batch_size} and {max_len}")
+        # (layers, batch, kv_heads, max_len, head_dim) each
         shape = (config.num_layers, batch_size, config.num_kv_heads, max_len, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.max_len = max_len
-        self.length = 0
-        self._start = 0
+        self.max_len = max_len  # tokens per sequence the reservation holds
+        self.length = 0  # tokens per sequence filled (after the current step's prepare)
+        self._start = 0  # position of the current step's first new token
 
     @property
     def num_bytes(self) -> int:
@@ -38,6 +41,7 @@ class ContiguousKVCache:
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
 
     def prepare(self, num_new: int) -> torch.Tensor:
+        """Reserve slots ``length .. length + num_new - 1``; return those positions, (batch, num_new)."""
         if self.length + num_new > self.max_len:
             raise KVLibError(f"cache full: {self.length} + {num_new} tokens exceed max_len {self.max_len}")
         self._start, self.length = self.length, self.length + num_new
@@ -45,10 +49,16 @@ class ContiguousKVCache:
         return torch.arange(self._start, self.length, device=self.k.device).expand(batch, num_new)
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        """Write k, v (batch, kv_heads, num_new, head_dim) into their slots; attend q over all filled slots.
+
+        q: (batch, heads, num_new, head_dim); returns (batch, heads, num_new, head_dim).
+        """
         start, end = self._start, self.length
         self.k[layer, :, :, start:end] = k  # write in place: no copy of what is already stored
         self.v[layer, :, :, start:end] = v
-        return grouped_attention(q, self.k[layer, :, :, :end], self.v[layer, :, :, :end], q_start=start)
+        keys = self.k[layer, :, :, :end]  # (batch, kv_heads, end, head_dim): a view, not a copy
+        values = self.v[layer, :, :, :end]  # (batch, kv_heads, end, head_dim)
+        return grouped_attention(q, keys, values, q_start=start)  # (batch, heads, num_new, head_dim)
 
 
 def kv_bytes_per_token(config: ModelConfig, dtype=torch.float32) -> int:
@@ -83,24 +93,31 @@ class ConcatKVCache:
 
     def __init__(self, config: ModelConfig, device=None):
         self.device = device
+        # per layer: (batch, kv_heads, length, head_dim), None before the first step
         self.k: list[torch.Tensor | None] = [None] * config.num_layers
         self.v: list[torch.Tensor | None] = [None] * config.num_layers
-        self.length = 0
-        self._start = 0
-        self.bytes_copied = 0
+        self.length = 0  # tokens per sequence held (after the current step's prepare)
+        self._start = 0  # position of the current step's first new token
+        self.bytes_copied = 0  # bytes written by the concatenations so far
 
     @property
     def num_bytes(self) -> int:
+        """Bytes held by the K and V tensors now (exactly what is stored: no reservation)."""
         return sum(t.numel() * t.element_size() for t in self.k + self.v if t is not None)
 
     def prepare(self, num_new: int) -> torch.Tensor:
+        """Count ``num_new`` more tokens; return their positions, (1, num_new), broadcast over the batch."""
         self._start, self.length = self.length, self.length + num_new
         return torch.arange(self._start, self.length, device=self.device)[None, :]
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        """Append k, v (batch, kv_heads, num_new, head_dim) by concatenation; attend q over all of them.
+
+        q: (batch, heads, num_new, head_dim); returns (batch, heads, num_new, head_dim).
+        """
         if self.k[layer] is not None:
             k = torch.cat([self.k[layer], k], dim=2)  # (batch, kv_heads, length, head_dim), a fresh copy
-            v = torch.cat([self.v[layer], v], dim=2)
+            v = torch.cat([self.v[layer], v], dim=2)  # (batch, kv_heads, length, head_dim), another
             self.bytes_copied += 2 * k.numel() * k.element_size()
         self.k[layer], self.v[layer] = k, v
-        return grouped_attention(q, k, v, q_start=self._start)
+        return grouped_attention(q, k, v, q_start=self._start)  # (batch, heads, num_new, head_dim)

@@ -1,7 +1,7 @@
 """Counting the work of generation with and without a KV cache (chapter 1).
 
 :func:`forward_flops` counts the floating-point operations of one forward pass of
-:class:`~kvlib.model.TinyLlama` (a multiply-add is 2 FLOPs), split into the K/V
+:class:`~kvlib.model.llama.TinyLlama` (a multiply-add is 2 FLOPs), split into the K/V
 projections, the other attention projections (Q and O), the attention itself and the
 MLP, plus the output projection of the last position. :func:`step_flops` applies it to
 every step of a greedy generation: without a cache, step t runs the model over all t
@@ -83,10 +83,11 @@ def flop_ratio(config: ModelConfig, num_new: int, prompt_len: int = 1) -> float:
 class FlopTimeModel:
     """step seconds = overhead_s + FLOPs / flops_per_s, fitted to measured steps."""
 
-    overhead_s: float
-    flops_per_s: float
+    overhead_s: float  # fixed seconds per step: launching the operations, reading every weight
+    flops_per_s: float  # the fitted rate of the arithmetic
 
     def predict(self, flops: np.ndarray) -> np.ndarray:
+        """Predicted seconds of steps that do ``flops`` FLOPs each."""
         return self.overhead_s + np.asarray(flops) / self.flops_per_s
 
     def speedup(self, flops_slow: np.ndarray, flops_fast: np.ndarray) -> float:

@@ -8,7 +8,7 @@ num_heads / num_kv_heads. Shazeer's argument for MQA (2019) is that the
 time is set by the bytes read: time = K/V bytes / memory bandwidth. This module measures
 that time for several numbers of KV heads and context lengths and turns it into achieved
 GB/s (bytes read / time) and GFLOP/s, to set beside the bandwidth probe of
-:func:`kvlib.measure.memory_bandwidth` on a roofline plot.
+:func:`kvlib.measure.probes.memory_bandwidth` on a roofline plot.
 
 Sizes come from the hardware (:func:`decode_setup`): at the longest context K and V each
 exceed four times the last-level cache (else they are read from cache, faster than
@@ -32,7 +32,7 @@ from kvlib.measure.hardware import available_memory_bytes, dram_bytes
 from kvlib.measure.probes import Bandwidth, launch_overhead_s, matmul_gflops, memory_bandwidth
 from kvlib.measure.timing import Timing, clock_for, pick_device, time_it, torch_threads
 from kvlib.model.attention import grouped_attention, repeat_kv_attention, sdpa_attention
-from kvlib.units import ceil_div
+from kvlib.units import MiB, ceil_div
 
 IMPLEMENTATIONS = {"grouped": grouped_attention, "repeat": repeat_kv_attention, "sdpa": sdpa_attention}
 
@@ -43,15 +43,16 @@ class DecodeSetup:
 
     device: torch.device
     dtype: torch.dtype
-    batch: int
-    contexts: tuple[int, ...]
-    kv_heads: tuple[int, ...] = (32, 8, 4, 1)
-    num_heads: int = 32
+    batch: int  # sequences decoded at once
+    contexts: tuple[int, ...]  # cached tokens per sequence, ascending
+    kv_heads: tuple[int, ...] = (32, 8, 4, 1)  # num_kv_heads compared: MHA, two GQA, MQA
+    num_heads: int = 32  # query heads (Llama-2-7B's)
     head_dim: int = 128
     threads: int | None = None  # torch threads while timing (None: leave torch's setting)
 
     @property
     def longest(self) -> int:
+        """The longest context measured."""
         return self.contexts[-1]
 
     @property
@@ -60,6 +61,7 @@ class DecodeSetup:
         return clock_for(self.device, self.threads)
 
     def describe(self) -> str:
+        """One line naming the device, dtype, batch, heads, contexts and threads."""
         threads = (
             "torch's threads" if self.threads is None else f"{self.threads} thread{'s' * (self.threads > 1)}"
         )
@@ -92,7 +94,7 @@ def decode_setup(device: torch.device | str | None = None, threads: int | None =
 
     CPU: float32 (what its matmul kernels are fast at), batch 1, ``threads`` torch threads
     (default one, see the module docstring). The longest context is the shortest whose MHA
-    K, and V, each reach :func:`kvlib.measure.dram_bytes` (four times the last-level cache,
+    K, and V, each reach :func:`kvlib.measure.hardware.dram_bytes` (four times the last-level cache,
     so both are read from DRAM; at least 16K tokens); the others are a quarter and a
     sixteenth of it, and may partly fit in the cache.
     GPU: float16, batch 8; MHA's K+V must also take ``GPU_LAUNCHES_PER_STEP`` kernel
@@ -162,14 +164,16 @@ class DecodeMeasurement:
 
     @property
     def gflops(self) -> float:
+        """Achieved arithmetic rate over the median time."""
         return self.flops / self.timing.median_s / 1e9
 
     def row(self) -> dict:
+        """This measurement as a table row (a DataFrame's)."""
         return {
             "impl": self.impl,
             "kv heads": self.num_kv_heads,
             "context": self.context,
-            "K+V MiB": self.kv_bytes / 2**20,
+            "K+V MiB": self.kv_bytes / MiB,
             "time ms": self.timing.median_s * 1e3,
             "GB/s": self.gbps,
             "GFLOP/s": self.gflops,
@@ -262,12 +266,14 @@ class OperationTiming:
 
     @property
     def gbps(self) -> float:
+        """Achieved bandwidth of the fastest sample (GB/s = 1e9 B/s)."""
         return self.bytes_read / self.timing.min_s / 1e9
 
     def row(self) -> dict:
+        """This operation as a table row (a DataFrame's)."""
         return {
             "operation": self.operation,
-            "MiB read": self.bytes_read / 2**20,
+            "MiB read": self.bytes_read / MiB,
             "time ms": self.timing.min_s * 1e3,
             "GB/s": self.gbps,
             "share of probe": self.gbps / self.probe_gbps,
@@ -303,7 +309,7 @@ def bound_breakdown(setup: DecodeSetup, probe: Bandwidth, repeats: int = 5) -> l
 
 
 def compute_roof(setup: DecodeSetup) -> float:
-    """The roofline's flat roof: :func:`kvlib.measure.matmul_gflops` in the setup's dtype and threads."""
+    """The roofline's flat roof: :func:`~kvlib.measure.probes.matmul_gflops` at the setup's dtype, threads."""
     return matmul_gflops(setup.device, threads=setup.threads, dtype=setup.dtype).gflops
 
 

@@ -1,25 +1,20 @@
-"""(from encdec.py) A small encoder-decoder with cross-attention, to see which cache grows (chapter 1).
+"""Greedy generation on the contiguous caches, with or without a KV cache (chapters 1, 3 and 6).
 
-In an encoder-decoder (the original Transformer {cite}`vaswani2017attention`, T5,
-Whisper) every decoder layer has two attentions. Self-attention looks at the tokens
-generated so far, so its cache gains one key and one value per layer at every step.
-Cross-attention looks at the encoder's output, which is fixed once the input is
-encoded, so its keys and values are computed once and never grow. This model reuses
-:mod:`kvlib.model`'s blocks: the encoder is a stack of decoder blocks whose attention
-sees every position (:class:`FullAttention`), and each decoder block adds a
-:class:`CrossAttention` between self-attention and the MLP.
-
-(from generate.py) Greedy generation with ``kvlib.model``, with or without a KV cache (chapter 1).
-
-Three modes produce the same tokens by different amounts of work:
+For :class:`~kvlib.model.llama.TinyLlama`, three modes produce the same tokens by different
+amounts of work:
 
 - ``"none"``: no cache; every step runs the model over the whole sequence so far.
-- ``"cache"``: a preallocated :class:`~kvlib.cache.ContiguousKVCache`; the prompt is
-  processed once (prefill), then each step feeds only the newest token (decode).
-- ``"concat"``: like ``"cache"``, but the cache grows by concatenation.
+- ``"cache"``: a preallocated :class:`~kvlib.cache.contiguous.ContiguousKVCache`; the prompt
+  is processed once (prefill), then each step feeds only the newest token (decode).
+- ``"concat"``: like ``"cache"``, but the cache grows by concatenation
+  (:class:`~kvlib.cache.contiguous.ConcatKVCache`).
 
 :class:`Decoder` makes one step at a time, so that chapter 1 can time every step and
-run several modes side by side; :func:`generate` runs one mode to the end.
+run several modes side by side (:mod:`kvlib.cache.nocache_race`); :func:`generate` runs one
+mode to the end (chapter 3 compares its tokens with the paged cache's).
+:func:`generate_encdec` decodes with the :class:`~kvlib.model.encdec.EncoderDecoder` and
+records the bytes of its two caches after every step: the self-attention cache grows, the
+cross-attention one does not (chapters 1 and 6).
 """
 
 from __future__ import annotations
@@ -40,9 +35,7 @@ class EncDecGeneration:
 
     tokens: torch.Tensor  # (batch, 1 + num_new): start token, then the generated ones
     self_cache_bytes: list[int]  # per step: bytes of the self-attention K/V tensors (0 without a cache)
-    cross_cache_bytes: list[
-        int
-    ]  # per step: bytes of the cross-attention K/V tensors held (0 without a cache)
+    cross_cache_bytes: list[int]  # per step: bytes of the cross-attention K/V held (0 without a cache)
     cross_kv_projections: int  # how many times a layer projected the encoder output to K and V
 
 
@@ -53,7 +46,7 @@ def generate_encdec(
     """Greedy decoding from a start token (id 0) for the encoded ``source`` (batch, src_len).
 
     With ``use_cache`` the cross-attention K/V are computed once and the self-attention
-    K/V grow in a :class:`~kvlib.cache.ConcatKVCache` (whose tensors are exactly what is
+    K/V grow in a :class:`~kvlib.cache.contiguous.ConcatKVCache` (whose tensors are exactly what is
     held); without it, every step recomputes both from scratch.
     """
     if source.dim() != 2 or source.shape[1] < 1:
@@ -62,10 +55,11 @@ def generate_encdec(
         )
     if not isinstance(num_new, int) or num_new < 1 or num_new + 1 > model.config.max_seq_len:
         raise KVLibError(
-            f"num_new must be an integer from 1 to max_seq_len - 1 ({model.config.max_seq_len - 1}), not {num_new!r}"
+            f"num_new must be an integer from 1 to max_seq_len - 1 ({model.config.max_seq_len - 1}), "
+            f"not {num_new!r}"
         )
     memory = model.encode(source)
-    tokens = torch.zeros(source.shape[0], 1, dtype=torch.long, device=source.device)
+    tokens = torch.zeros(source.shape[0], 1, dtype=torch.long, device=source.device)  # (batch, 1)
     cache = ConcatKVCache(model.config, device=source.device) if use_cache else None
     cross = model.cross_kv(memory) if use_cache else None
     projections = model.config.num_layers if use_cache else 0
@@ -74,8 +68,8 @@ def generate_encdec(
         if not use_cache:
             cross = model.cross_kv(memory)  # recomputed at every step
             projections += model.config.num_layers
-        logits = model.decode(tokens if cache is None else tokens[:, -1:], cross, cache)
-        tokens = torch.cat([tokens, logits.argmax(dim=-1, keepdim=True)], dim=1)
+        logits = model.decode(tokens if cache is None else tokens[:, -1:], cross, cache)  # (batch, vocab)
+        tokens = torch.cat([tokens, logits.argmax(dim=-1, keepdim=True)], dim=1)  # one token longer
         self_bytes.append(cache.num_bytes if use_cache else 0)
         cross_bytes.append(cross.num_bytes if use_cache else 0)
     return EncDecGeneration(tokens, self_bytes, cross_bytes, projections)
@@ -86,6 +80,8 @@ MODES = ("none", "cache", "concat")
 
 @dataclass
 class Generation:
+    """What :func:`generate` returns: the tokens, the logits that chose each new one, and the cache."""
+
     tokens: torch.Tensor  # (batch, prompt_len + num_new): prompt followed by the generated tokens
     step_logits: list[torch.Tensor]  # num_new entries of (batch, vocab): logits that chose each new token
     cache: object = None  # the cache object after generation (None for mode "none")

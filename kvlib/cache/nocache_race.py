@@ -1,18 +1,18 @@
 """Chapter 1's measurement: greedy decoding with and without a KV cache, step by step.
 
-:func:`race` runs several :class:`~kvlib.generate.Decoder` modes side by side on the same
-prompt. At every step each mode generates its next token and the step is timed with
-:func:`~kvlib.measure.time_it`; the modes take turns going first, so a burst of load
+:func:`race` runs several :class:`~kvlib.cache.generation.Decoder` modes side by side on the
+same prompt. At every step each mode generates its next token and the step is timed with
+:func:`~kvlib.measure.timing.time_it`; the modes take turns going first, so a burst of load
 from other programs falls on both. One run to N tokens gives the totals for every
 shorter length too (the first n steps of a greedy run do not depend on N), the
 per-token latency at every position, and a check that every mode chose the same
-tokens from logits that agree to rounding error.
+tokens from logits that agree to rounding error. :func:`time_passes` and
+:func:`estimated_total_s` extend the no-cache totals past the raced length.
 
-Sizes depend on the device (:func:`nocache_setup`); the chapter explains the choice. The
-concatenation trap (:func:`concat_trap`) is timed up to a cache larger than four times the
-last-level cache (:func:`~kvlib.measure.dram_bytes`), so that its longest point measures
-copies from DRAM, as a real model's would be. :func:`~kvlib.measure.time_interleaved` is the one protocol
-by which the chapter compares two functions: rounds in which each runs once, in turns.
+Sizes depend on the device (:func:`nocache_setup`; on a GPU the batch comes from the measured
+launch overhead and matmul rate, :func:`gpu_batch`); the chapter explains the choice. The
+setup also gives the lengths of the concatenation trap, which :mod:`kvlib.cache.concat_trap`
+measures.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class NoCacheSetup:
 
     @property
     def longest(self) -> int:
+        """The longest generation whose total is reported."""
         return max(self.lengths)
 
     @property
@@ -63,7 +64,7 @@ class NoCacheSetup:
         return torch.arange(self.batch, device=self.device)[:, None]  # (batch, 1)
 
     def model(self) -> TinyLlama:
-        """The seeded model on this setup's device (weights are drawn on the CPU, so every device gets the same)."""
+        """The seeded model on this setup's device (weights drawn on the CPU: every device gets the same)."""
         return TinyLlama(self.config).eval().to(self.device)
 
 
@@ -82,7 +83,7 @@ GPU_CONFIG = ModelConfig(d_model=2048, num_layers=2, num_heads=16, num_kv_heads=
 # worth of arithmetic: ten times the ~200 launches of one pass.
 GPU_PASS_LAUNCHES = 2000
 
-GPU_MAX_BATCH = 256
+GPU_MAX_BATCH = 256  # sequences: the largest batch gpu_batch picks
 
 
 def gpu_batch(config: ModelConfig, tokens: int, launch_s: float, flops_per_s: float) -> int:
@@ -103,10 +104,11 @@ def nocache_setup(device: torch.device | str | None = None) -> NoCacheSetup:
 
     On the CPU the timed runs must choose identical tokens: the chapter's model keeps its
     best two logits at least 1e-3 apart along the run, a thousand times the rounding
-    differences between the ways (tested). A GPU batch of random sequences (:func:`gpu_batch`) is likely
-    to hit a near-tie somewhere, where rounding may pick the other token; the timing does
-    not depend on which, and the chapter checks identical tokens on one sequence instead.
-    The concatenation trap's lengths come from the device's last-level cache (:func:`trap_lengths`).
+    differences between the ways (tested). A GPU batch of random sequences (:func:`gpu_batch`)
+    is likely to hit a near-tie somewhere, where rounding may pick the other token; the timing
+    does not depend on which, and the chapter checks identical tokens on one sequence instead.
+    The concatenation trap's lengths come from the device's last-level cache
+    (:func:`~kvlib.cache.concat_trap.trap_lengths`).
     """
     device = pick_device() if device is None else torch.device(device)
     if device.type == "cuda":
@@ -148,15 +150,14 @@ class Race:
     tokens: dict[str, torch.Tensor]  # mode -> (batch, prompt_len + num_new)
     max_logit_diff: dict[str, float]  # mode -> largest |logits - first mode's logits| over all steps
     min_gap: float  # smallest (best - second best) logit of the first mode over all steps
-    cache_bytes: dict[str, np.ndarray] = field(
-        default_factory=dict
-    )  # mode -> bytes its cache holds after each step
-    bytes_copied: dict[str, np.ndarray] = field(
-        default_factory=dict
-    )  # mode -> bytes its cache has copied so far
+    # mode -> bytes its cache holds after each step
+    cache_bytes: dict[str, np.ndarray] = field(default_factory=dict)
+    # mode -> bytes its cache has copied so far
+    bytes_copied: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_new(self) -> int:
+        """Tokens every mode generated."""
         return len(self.step_s[self.modes[0]])
 
     def total_s(self, mode: str, n: int) -> float:
@@ -166,10 +167,12 @@ class Race:
         return float(self.step_s[mode][:n].sum())
 
     def speedup(self, n: int, slow: str = "none", fast: str = "cache") -> float:
+        """How many times faster ``fast`` generated the first ``n`` tokens than ``slow``."""
         return self.total_s(slow, n) / self.total_s(fast, n)
 
     @property
     def tokens_identical(self) -> bool:
+        """Whether every mode chose the same tokens as the first."""
         first = self.tokens[self.modes[0]]
         return all(torch.equal(first, self.tokens[m]) for m in self.modes[1:])
 
@@ -224,7 +227,10 @@ def race(
         for i in order:
             out = {}
             timing = time_it(
-                lambda d=decoders[i]: out.update(logits=d.step()), repeats=1, warmup=0, device=prompt.device
+                lambda d=decoders[i], out=out: out.update(logits=d.step()),
+                repeats=1,
+                warmup=0,
+                device=prompt.device,
             )
             step_s[modes[i]][step] = timing.median_s
             logits[i] = out["logits"]
@@ -239,7 +245,7 @@ def race(
     return Race(
         modes=modes,
         step_s=step_s,
-        tokens={mode: d.tokens for mode, d in zip(modes, decoders)},
+        tokens={mode: d.tokens for mode, d in zip(modes, decoders, strict=True)},
         max_logit_diff={mode: value.item() for mode, value in max_diff.items()},
         min_gap=min_gap.item(),
         cache_bytes=cache_bytes,
@@ -300,10 +306,13 @@ def speedup_table(result: Race, lengths, slow: str = "none", fast: str = "cache"
 
 
 def bench(lengths=(400, 800)) -> dict:
-    """``python -m kvlib bench`` fields of chapter 1: speedups of the preallocated cache over no
-    cache (one full race on the real model, steady step times as in the chapter), our cached tokens/s over transformers' cached
-    ``generate`` on the same weights (fastest of three interleaved runs each, as in the
-    chapter), and whether every run chose the same tokens."""
+    """``python -m kvlib bench`` fields of chapter 1.
+
+    Speedups of the preallocated cache over no cache (one full race on the real model, steady
+    step times as in the chapter), our cached tokens/s over transformers' cached ``generate``
+    on the same weights (fastest of three interleaved runs each, as in the chapter), and
+    whether every run chose the same tokens.
+    """
     from kvlib.cache.transformers_race import race_generators
 
     setup = nocache_setup()

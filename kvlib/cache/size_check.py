@@ -1,10 +1,12 @@
 """The size formula against caches that exist in memory (chapter 2).
 
 Two kinds of real caches are measured by the bytes of their tensors' storage, not by any
-size attribute they report: the caches of ``kvlib.model`` after :func:`kvlib.generate.generate`
-(preallocated and concatenated), and the ``DynamicCache`` that Hugging Face ``transformers``
-fills during ``generate`` for a small randomly initialised model (no download). Each is
-compared with :func:`kvlib.sizing.cache_bytes` for the same shapes.
+size attribute they report: the contiguous caches of :mod:`kvlib.cache.contiguous` after
+:func:`kvlib.cache.generation.generate` (preallocated and concatenated), and the
+``DynamicCache`` that Hugging Face ``transformers`` fills during ``generate`` for a small
+randomly initialised model (no download; :func:`small_llama_config`,
+:func:`small_deepseek_config`). Each is compared with :func:`kvlib.sizing.spec.cache_bytes`
+for the same shapes, the configuration read by :mod:`kvlib.sizing.config_reader`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class CacheCheck:
 
     @property
     def equal(self) -> bool:
+        """Whether the formula predicted the measured bytes exactly."""
         return self.measured_bytes == self.predicted_bytes
 
 
@@ -51,7 +54,7 @@ def _prompt(vocab_size: int, batch: int, prompt_len: int, seed: int) -> torch.Te
 def kvlib_cache_checks(
     config, batch: int = 2, prompt_len: int = 5, num_new: int = 8, seed: int = 0
 ) -> list[CacheCheck]:
-    """Generate with ``kvlib.model`` in both cache modes and measure the caches (float32).
+    """Generate with :class:`~kvlib.model.llama.TinyLlama` in both cache modes; measure the caches (float32).
 
     The preallocated cache reserves prompt_len + num_new tokens up front; the concatenating
     cache holds the tokens fed so far (the last generated token is never fed back).

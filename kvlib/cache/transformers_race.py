@@ -1,19 +1,13 @@
-"""Our tiny model against Hugging Face ``transformers``' Llama (chapter 1).
+"""Our cached generation against Hugging Face ``transformers``' ``generate`` (chapter 1).
 
-Two uses. First, a correctness check: :func:`random_hf_llama` builds a randomly
-initialised ``LlamaForCausalLM`` from a small ``LlamaConfig`` (nothing is downloaded),
-:func:`load_hf_weights` copies its weights into a :class:`~kvlib.model.TinyLlama`, and
-:func:`max_logit_difference` shows that both compute the same logits. Second, a
-comparison with what users would run: :func:`to_hf` puts our weights into a
-``LlamaForCausalLM`` and :func:`time_hf_generate` times its ``generate`` with and
-without its own KV cache; :func:`race_generators` times our cached generation beside
-``generate`` with and without its cache by one protocol (interleaved rounds, fastest run
-of each), which is what chapter 1 compares.
-
-``transformers`` is imported only inside these functions (it takes seconds to import),
-and its logging is lowered to errors only while they run (:func:`quiet_transformers`, which
-chapter 2's :mod:`kvlib.sizecheck` also uses): its generation code logs advice at
-warning level that would otherwise land on stderr.
+What users would run instead of our loop: :func:`~kvlib.model.hf.to_hf` puts our weights
+into a ``LlamaForCausalLM``, :func:`time_hf_generate` times its greedy ``generate`` with and
+without its own KV cache, and :func:`race_generators` times our cached generation
+(:func:`kvlib.cache.generation.generate`) beside ``generate`` with and without its cache by
+one protocol (interleaved rounds, fastest run of each), which is what chapter 1 compares;
+``python -m kvlib bench`` reports the ratio (:func:`kvlib.cache.nocache_race.bench`).
+``transformers`` is imported only inside these functions, with its logging lowered
+(:func:`~kvlib.model.hf.quiet_transformers`).
 """
 
 from __future__ import annotations
@@ -23,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.cache.generation import generate
 from kvlib.measure.timing import Timing, time_interleaved, time_it
 from kvlib.model.hf import quiet_transformers, to_hf
 from kvlib.model.llama import TinyLlama
@@ -52,6 +47,7 @@ class HFGeneration:
     timing: Timing
 
     def tokens_per_s(self, num_new: int) -> float:
+        """Generated tokens per second of the median call, ``num_new`` tokens per sequence."""
         return self.tokens.shape[0] * num_new / self.timing.median_s
 
 
@@ -81,7 +77,7 @@ GENERATORS = ("kvlib cache", "transformers cache", "transformers no cache")
 
 @dataclass(frozen=True)
 class GeneratorRace:
-    """Result of :func:`race_generators`: every generator's timing and tokens, by name (:data:`GENERATORS`)."""
+    """Result of :func:`race_generators`: each generator's timing and tokens, by name (:data:`GENERATORS`)."""
 
     num_new: int
     batch: int
@@ -102,11 +98,9 @@ def race_generators(
     transformers' ``generate`` on the same weights with and without its cache), by one protocol.
 
     Each generator first runs a 2-token generation, untimed (``generate`` sets things up on
-    its first call); then :func:`~kvlib.measure.time_interleaved` runs ``repeats`` rounds,
+    its first call); then :func:`~kvlib.measure.timing.time_interleaved` runs ``repeats`` rounds,
     in which every generator generates once, taking turns to go first.
     """
-    from kvlib.cache.generation import generate
-
     if not isinstance(num_new, int) or num_new < 1:
         raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
     names = tuple(names)
