@@ -1,14 +1,10 @@
-"""Experiments of chapter 4: the KV budget of the vLLM paper's setup, the four policies on one
-trace, step-time regimes, latency against request rate, and ``bench()`` for
-``python -m kvlib bench``.
+"""GPU data sheets that chapters 4 and 5 share: the vLLM paper's A100 and a server's memory share.
 
-The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our simulations
-use the KV budget that setup leaves (:func:`kv_budget`), the lengths of its traces
-(:mod:`kvlib.traces`), and a step-time model measured on this machine
-(:func:`kvlib.engine.calibrate`). :func:`roofline_step` estimates the A100's step times
-from its data sheet instead, so that both regimes can be set side by side; it is the one
-A100 model of the book (chapter 5's :func:`kvlib.levers.roofline_step` applies it to each
-variant of its lever chain).
+The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Chapter 4's
+KV budget and roofline step times (:mod:`kvlib.serving.gpu_model`) and chapter 5's lever
+chain (:mod:`kvlib.levers`) read the same figures from here: memory, HBM bandwidth and
+dense fp16 compute (:class:`GPU`), and the fraction of memory a vLLM server uses by
+default (:data:`MEMORY_FRACTION`). Plain constants, no torch, so any layer may import them.
 """
 
 from __future__ import annotations
@@ -36,6 +32,5 @@ class GPU:
     fp16_flops: float  # dense tensor-core peak, FLOP/s
 
 
-A100_40GB = GPU(
-    "NVIDIA A100 40GB", A100_BYTES, A100_BANDWIDTH, A100_FP16_FLOPS
-)  # the paper's GPU (chapters 4 and 5)
+# The paper's GPU (chapters 4 and 5).
+A100_40GB = GPU("NVIDIA A100 40GB", A100_BYTES, A100_BANDWIDTH, A100_FP16_FLOPS)

@@ -1,10 +1,12 @@
-"""How kvbook measures: one timer, one hardware banner, one bandwidth probe.
+"""What the reader's machine has, read rather than assumed (chapter 0; sizes in chapters 1-3 and 6).
 
-Every measuring chapter starts with ``print(hardware_report().banner())`` and times
-through :func:`time_it`, so all numbers in the book are taken the same way:
-warm-up calls first, CUDA synchronised around every sample, several repeats, and
-the median reported with the min and max beside it. The chapter
-"How to read the measurements" (``book/00_measurements.ipynb``) introduces them.
+:func:`cache_info` reads the cache hierarchy (sysfs on Linux, sysctl on macOS, the L2 of a
+GPU), and ``KVBOOK_LLC_BYTES`` overrides the last-level cache so that anyone can check that
+the book's claims still hold when every size chosen from it grows. :func:`dram_size` turns
+it into the smallest buffer that comes from DRAM (four times the LLC, with a floor, capped
+by :func:`available_memory_bytes`), which the probes of :mod:`kvlib.measure.probes` and the
+chapters' experiments are sized by. :func:`hardware_report` gathers CPU, cores, RAM,
+caches, OS, library versions and GPU into the banner every measuring chapter starts with.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.measure.timing import pick_device
-from kvlib.units import GiB, MiB, ceil_div, parse_bytes
+from kvlib.units import GiB, KiB, MiB, ceil_div, parse_bytes
 
 # When neither sysfs nor sysctl reports a last-level cache, the book assumes this much: more
 # than any laptop's L3 or system cache, so that buffers meant to come from DRAM still do.
@@ -41,6 +43,7 @@ class CacheLevel:
 
     @property
     def total_bytes(self) -> int:
+        """Bytes of all instances together."""
         return self.size_bytes * self.num_instances
 
 
@@ -61,6 +64,7 @@ class CacheInfo:
         return max(c.size_bytes for c in data) if data else None
 
     def describe(self) -> str:
+        """One line for the banner: the LLC, where it came from, then every level's size and count."""
         levels = ", ".join(
             f"L{c.level}{'d' if c.kind == 'Data' else 'i' if c.kind == 'Instruction' else ''} "
             f"{_fmt_bytes(c.size_bytes)}{f' x{c.num_instances}' if c.num_instances > 1 else ''}"
@@ -70,7 +74,7 @@ class CacheInfo:
 
 
 def _fmt_bytes(num_bytes: int) -> str:
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if num_bytes >= size:
             value = num_bytes / size
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
@@ -78,6 +82,12 @@ def _fmt_bytes(num_bytes: int) -> str:
 
 
 SYSFS_CPU_ROOT = "/sys/devices/system/cpu"
+
+
+def _read_text(*parts: str) -> str:
+    """The stripped contents of a small sysfs text file."""
+    with open(os.path.join(*parts), encoding="ascii") as f:
+        return f.read().strip()
 
 
 def _sysfs_caches(root: str | None = None) -> tuple[CacheLevel, ...]:
@@ -91,9 +101,9 @@ def _sysfs_caches(root: str | None = None) -> tuple[CacheLevel, ...]:
         for index in os.listdir(base):
             path = os.path.join(base, index)
             try:
-                read = lambda name: open(os.path.join(path, name), encoding="ascii").read().strip()  # noqa: E731
-                key = (int(read("level")), read("type"))
-                instances.setdefault(key, {})[read("shared_cpu_list")] = parse_bytes(read("size"))
+                key = (int(_read_text(path, "level")), _read_text(path, "type"))
+                size = parse_bytes(_read_text(path, "size"))
+                instances.setdefault(key, {})[_read_text(path, "shared_cpu_list")] = size
             except (OSError, ValueError, KVLibError):
                 continue
     return tuple(
@@ -172,16 +182,11 @@ def all_threads() -> int:
 
 def physical_cores() -> int:
     """Distinct (package, core) pairs in sysfs: cores, not hardware threads; logical CPUs elsewhere."""
-    root, seen = "/sys/devices/system/cpu", set()
+    root, seen = SYSFS_CPU_ROOT, set()
     for cpu in os.listdir(root) if os.path.isdir(root) else []:
         try:
             topo = os.path.join(root, cpu, "topology")
-            seen.add(
-                tuple(
-                    open(os.path.join(topo, f), encoding="ascii").read().strip()
-                    for f in ("physical_package_id", "core_id")
-                )
-            )
+            seen.add((_read_text(topo, "physical_package_id"), _read_text(topo, "core_id")))
         except OSError:
             continue
     return len(seen) or os.cpu_count() or 1
@@ -208,7 +213,7 @@ class DramSize:
 
     num_bytes: int  # the size to use
     wanted_bytes: int  # multiple x LLC (with the floor)
-    llc_bytes: int
+    llc_bytes: int  # the last-level cache it was sized by
 
     @property
     def bounded(self) -> bool:
@@ -271,8 +276,9 @@ class HardwareReport:
             else "none (everything runs on the CPU)"
         )
         threads = f"{self.torch_threads} thread{'s' if self.torch_threads != 1 else ''}"
+        cpu = f"{self.cpu_model}, {self.num_cores} cores, {self.num_cpus} threads"
         lines = [
-            f"CPU    {self.cpu_model}, {self.num_cores} cores, {self.num_cpus} threads, {self.ram_bytes / GiB:.0f} GiB RAM",
+            f"CPU    {cpu}, {self.ram_bytes / GiB:.0f} GiB RAM",
             f"Cache  {self.caches.describe()}",
             f"GPU    {gpu}",
             f"OS     {self.os}",
@@ -281,6 +287,7 @@ class HardwareReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
+        """Every field as plain data, for ``python -m kvlib env --json``."""
         return asdict(self)
 
 

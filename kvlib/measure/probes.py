@@ -1,10 +1,12 @@
-"""How kvbook measures: one timer, one hardware banner, one bandwidth probe.
+"""What the reader's machine can do: DRAM bandwidth, matmul rate and kernel-launch overhead.
 
-Every measuring chapter starts with ``print(hardware_report().banner())`` and times
-through :func:`time_it`, so all numbers in the book are taken the same way:
-warm-up calls first, CUDA synchronised around every sample, several repeats, and
-the median reported with the min and max beside it. The chapter
-"How to read the measurements" (``book/00_measurements.ipynb``) introduces them.
+Chapter 0 introduces the probes; the others compare their measurements with them: decode
+attention against :func:`memory_bandwidth` on chapter 2's roofline (whose flat roof is
+:func:`matmul_gflops`), chapter 1's GPU batch from :func:`launch_overhead_s` and
+:func:`matmul_gflops`, chapter 4's step-time regimes against :func:`memory_bandwidth`. Each
+probe is timed by :func:`~kvlib.measure.timing.time_it` on a buffer sized by
+:func:`~kvlib.measure.hardware.dram_bytes`, at one thread or at all threads, and
+:func:`bench` reports them for ``python -m kvlib bench``.
 """
 
 from __future__ import annotations
@@ -83,21 +85,24 @@ class Compute:
     """Result of :func:`matmul_gflops`: a square matmul's rate, the roofline's flat roof."""
 
     device: str
-    size: int
+    size: int  # rows = columns of the square matrix
     dtype: str
     timing: Timing
-    threads: int | None = None
+    threads: int | None = None  # torch threads on a CPU; None on a GPU
 
     @property
     def flops(self) -> int:
-        return 2 * self.size**3  # one multiply and one add per (row, column, inner) triple
+        """FLOPs of one product: one multiply and one add per (row, column, inner) triple."""
+        return 2 * self.size**3
 
     @property
     def gflops(self) -> float:
+        """Median rate in GFLOP/s: the roof the book draws."""
         return self.flops / self.timing.median_s / 1e9
 
     @property
     def best_gflops(self) -> float:
+        """Rate of the fastest sample: closest to what the machine can do at all."""
         return self.flops / self.timing.min_s / 1e9
 
 

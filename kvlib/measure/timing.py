@@ -1,21 +1,13 @@
-"""(from engine.py) The real serving engine: ``kvlib.model`` on a :class:`~kvlib.paged_attention.PagedKVCache`,
-scheduled by :class:`kvlib.serving.Scheduler`, and the calibration of the simulator's
-step-time model from measured steps (chapter 4).
+"""How kvbook times: one timer, interleaved rounds for comparisons, the clocks, devices and threads.
 
-Every policy stores K/V in the same paged cache; what differs is admission. ``paged``
-takes blocks as tokens arrive and preempts (recomputes) when they run out; ``max``,
-``pow2`` and ``oracle`` admit a request only when its contiguous reservation fits in the
-budget, and the cache behind them gets spare blocks so that storage never limits them.
-Each step runs one forward pass per prefilled prompt (``PagedKVCache`` feeds every
-scheduled sequence the same number of tokens) and one for all decoding sequences.
-
-(from measure.py) How kvbook measures: one timer, one hardware banner, one bandwidth probe.
-
-Every measuring chapter starts with ``print(hardware_report().banner())`` and times
-through :func:`time_it`, so all numbers in the book are taken the same way:
-warm-up calls first, CUDA synchronised around every sample, several repeats, and
-the median reported with the min and max beside it. The chapter
-"How to read the measurements" (``book/00_measurements.ipynb``) introduces them.
+Every measuring chapter times through :func:`time_it`, so all numbers in the book are taken
+the same way: warm-up calls first, CUDA synchronised around every sample, several repeats,
+and the median reported with the min and max beside it (:class:`Timing`). Chapters 1, 3
+and 6 compare functions by :func:`time_interleaved` (rounds in which each runs once, in
+rotating turns) and :func:`round_median`. On one CPU thread work is timed by the thread's
+CPU time (:func:`clock_for`), which a busy machine cannot stretch. :func:`pick_device` and
+:func:`torch_threads` choose where and on how many threads. The chapter "How to read the
+measurements" (``book/00_measurements.ipynb``) introduces them.
 """
 
 from __future__ import annotations
@@ -72,7 +64,7 @@ class Timing:
     median_s: float
     min_s: float
     max_s: float
-    samples: tuple[float, ...]
+    samples: tuple[float, ...]  # seconds per call of every repeat, in the order taken
 
     @property
     def spread(self) -> float:
@@ -80,7 +72,8 @@ class Timing:
         return self.max_s / self.min_s if self.min_s > 0 else float("inf")
 
     def __str__(self) -> str:
-        return f"{_fmt_s(self.median_s)} (min {_fmt_s(self.min_s)}, max {_fmt_s(self.max_s)}, n={len(self.samples)})"
+        spread = f"min {_fmt_s(self.min_s)}, max {_fmt_s(self.max_s)}, n={len(self.samples)}"
+        return f"{_fmt_s(self.median_s)} ({spread})"
 
 
 def _fmt_s(seconds: float) -> str:
@@ -226,4 +219,5 @@ def round_median(expression: Callable[..., float], *timings: Timing) -> float:
     """
     if not timings or len({len(t.samples) for t in timings}) != 1:
         raise KVLibError("round_median needs timings with the same number of rounds")
-    return statistics.median(expression(*values) for values in zip(*(t.samples for t in timings)))
+    rounds = zip(*(t.samples for t in timings), strict=True)  # lengths checked above
+    return statistics.median(expression(*values) for values in rounds)
