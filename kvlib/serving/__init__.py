@@ -80,7 +80,7 @@ from kvlib.serving.traces import (
     sample_lengths,
     trace_stats,
 )
-from kvlib.serving.types import CATEGORIES, STEP_FIELDS, SeqState, StepPlan
+from kvlib.serving.types import CATEGORIES, Memory, SeqState, StepPlan, StepRecord
 
 __all__ = [
     "ALLOCATORS",
@@ -107,7 +107,8 @@ __all__ = [
     "ReservedMemory",
     "RunResult",
     "SHAREGPT",
-    "STEP_FIELDS",
+    "Memory",
+    "StepRecord",
     "Scheduler",
     "SchedulerConfig",
     "SeqState",

@@ -72,7 +72,7 @@ def memory_table(runs: dict[str, RunResult]) -> list[dict]:
                 **{f"{c} (%)": 100 * shares[c] for c in CATEGORIES},
                 "paper: tokens (%)": 100 * PAPER_TOKEN_SHARE[policy],
                 "mean batch": run.mean_batch,
-                "largest batch": run.max_batch,
+                "largest batch": run.largest_batch,
                 "preemptions": run.num_preemptions,
             }
         )
@@ -204,7 +204,7 @@ def cap_table(runs: dict[str, RunResult], max_num_seqs: int = 256) -> list[dict]
             {
                 "trace": trace,
                 "mean batch": run.mean_batch,
-                "largest batch": run.max_batch,
+                "largest batch": run.largest_batch,
                 f"steps at the cap of {max_num_seqs} (%)": 100 * share,
                 "budget free at the cap (%)": 100 * free_at_cap,
                 "budget free below the cap (%)": 100 * free_else,

@@ -1,46 +1,45 @@
-"""A fast serving simulator: the scheduler of :mod:`kvlib.serving` with a step-time model
-instead of a model (chapter 4).
+"""What one serving run reports (chapter 4): :class:`RunResult`, built from the scheduler's
+per-step records by :func:`result_from`.
 
-Every step of a real engine runs one forward pass over the sequences the scheduler
-picked. :class:`StepTimeModel` predicts its duration from what it computes,
-
-    t_step = fixed_s + per_seq_s x sequences + per_context_s x context tokens read
-             + per_prefill_s x prompt tokens prefilled,
-
-with constants fitted to measured steps of ``kvlib.model`` (:func:`kvlib.engine.calibrate`).
-:func:`simulate` then serves thousands of requests in seconds and records, at every step,
-where each slot of the KV budget is (:data:`kvlib.serving.CATEGORIES`) and how many
-sequences run. :class:`RunResult` turns the records into the chapter's numbers.
+The simulator (:func:`kvlib.serving.simulator.simulate`) and the real engine
+(:func:`kvlib.serving.engine.run_engine`) both return a :class:`RunResult`: the finished
+requests, and one array per field of :class:`~kvlib.serving.types.StepRecord` (plus each
+step's duration), from which it computes the chapter's numbers: the share of the KV budget
+in each category of :data:`~kvlib.serving.types.CATEGORIES`, the batch, throughput and
+latency, and the same steps retimed by another step-time model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 
 import numpy as np
 
 from kvlib import KVLibError
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.step_time import StepTimeModel
-from kvlib.serving.types import CATEGORIES, STEP_FIELDS, SeqState
+from kvlib.serving.types import CATEGORIES, SeqState, StepRecord
 
 
 @dataclass
 class RunResult:
     """One serving run (simulated or real): the finished requests and one record per step."""
 
-    policy: str
-    num_slots: int
-    finished: list[SeqState]
-    steps: dict[str, np.ndarray]  # STEP_FIELDS plus "duration_s"
+    policy: str  # the memory policy (one of kvlib.serving.placement.POLICIES)
+    num_slots: int  # token slots of the KV budget
+    finished: list[SeqState]  # every request, by id, with its tokens and times
+    # per step, (steps,) float64 each: the fields of StepRecord, "duration_s" (seconds), and for
+    # the real engine "clock_s" (the same steps on its clock)
+    steps: dict[str, np.ndarray]
     num_preemptions: int
-    preempted_generated: np.ndarray = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int64)
-    )  # per preemption:
-    # the tokens the preempted request had generated, which its recomputation prefills again with its prompt
+    # (preemptions,) int64: the tokens each preempted request had generated, which its
+    # recomputation prefills again with its prompt
+    preempted_generated: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def makespan_s(self) -> float:
+        """Seconds from the first arrival to the end of the last step."""
         return float(
             self.steps["start_s"][-1]
             + self.steps["duration_s"][-1]
@@ -53,7 +52,8 @@ class RunResult:
         return busy if busy.any() else np.ones_like(busy)
 
     def memory_shares(self) -> dict[str, float]:
-        """Share of the budget in each category, sampled at every step while requests wait, averaged over those steps."""
+        """Share of the budget in each category, sampled at every step while requests wait,
+        averaged over those steps."""
         busy = self._busy()
         return {c: float(self.steps[c][busy].mean()) / self.num_slots for c in CATEGORIES}
 
@@ -76,13 +76,20 @@ class RunResult:
         return float(self.steps["num_seqs"][self._busy()].mean())
 
     @property
-    def max_batch(self) -> int:
+    def largest_batch(self) -> int:
+        """Most sequences of any step (the scheduler's ``max_num_seqs`` at most)."""
         return int(self.steps["num_seqs"].max())
+
+    @property
+    def max_batch(self) -> int:
+        """Old name of :attr:`largest_batch` (``kvlib.sizing.max_batch`` is another idea); kept
+        until its last users (tests/serving/test_engine.py, book/04_serving.ipynb) move."""
+        return self.largest_batch
 
     @property
     def forward_passes(self) -> int:
         """Forward passes of the real engine's schedule: one per prefilled prompt, and one per step
-        for all decoding sequences (:func:`kvlib.engine.execute`). When every pass costs the same
+        for all decoding sequences (:func:`kvlib.serving.engine.execute`). When every pass costs the same
         (a tiny model on a GPU, bound by kernel launches), wall time follows this count (chapter 4)."""
         prefills = self.steps["num_prefills"]
         return int(prefills.sum() + np.count_nonzero(self.steps["num_seqs"] > prefills))
@@ -148,7 +155,10 @@ class RunResult:
             moved([s.first_token_s for s in self.finished]),
             moved([s.finish_s for s in self.finished]),
         )
-        finished = [replace(s, first_token_s=f, finish_s=t) for s, f, t in zip(self.finished, firsts, lasts)]
+        finished = [
+            replace(s, first_token_s=f, finish_s=t)
+            for s, f, t in zip(self.finished, firsts, lasts, strict=True)
+        ]
         return RunResult(
             self.policy,
             self.num_slots,
@@ -160,9 +170,12 @@ class RunResult:
 
 
 def result_from(scheduler: Scheduler, policy: str, durations: list[float]) -> RunResult:
-    """Collect a finished scheduler's records into a :class:`RunResult`."""
-    records = np.array(scheduler.records, dtype=np.float64).reshape(-1, len(STEP_FIELDS))
-    steps = {name: records[:, i] for i, name in enumerate(STEP_FIELDS)}
+    """Collect a finished scheduler's records into a :class:`RunResult`: one float64 array per
+    field of :class:`StepRecord`, and ``durations`` (one per step, seconds) as ``"duration_s"``."""
+    names = [f.name for f in fields(StepRecord)]
+    rows = list(map(attrgetter(*names), scheduler.records))
+    records = np.array(rows, dtype=np.float64).reshape(-1, len(names))  # (steps, fields)
+    steps = {name: records[:, i] for i, name in enumerate(names)}
     steps["duration_s"] = np.array(durations)
     return RunResult(
         policy,

@@ -137,9 +137,9 @@ def test_preemption_costs_count_what_recomputation_prefills_again(runs):
 
 
 def test_cap_table_finds_the_steps_where_the_cap_binds(runs):
-    (row,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=runs["paged"].max_batch)
+    (row,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=runs["paged"].largest_batch)
     assert (
-        row["largest batch"] == runs["paged"].max_batch
+        row["largest batch"] == runs["paged"].largest_batch
         and row["steps at the cap of %d (%%)" % row["largest batch"]] > 0
     )
     (never,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=10_000)

@@ -1,8 +1,10 @@
-"""Placement policies (kvlib.placement), the FCFS continuous-batching scheduler with preemption
-(kvlib.serving) and the simulator with its step-time model (kvlib.simulator)."""
+"""Placement policies (kvlib.serving.placement), the FCFS continuous-batching scheduler with
+preemption (kvlib.serving.scheduler) and the simulator with its step-time model
+(kvlib.serving.simulator, kvlib.serving.step_time)."""
 
 import math
 import random
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -24,7 +26,7 @@ from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel, fit_step_time
 from kvlib.serving.traces import SHAREGPT, Request, TraceSpec, make_trace
-from kvlib.serving.types import CATEGORIES, STEP_FIELDS, SeqState
+from kvlib.serving.types import CATEGORIES, SeqState, StepRecord
 
 UNIT = StepTimeModel(1.0, 0.0, 0.0, 0.0)
 
@@ -89,7 +91,7 @@ def test_allocator_never_overlaps_and_keeps_gaps_merged(ops):
 def test_block_counter_takes_and_frees_the_blocks_a_manager_would():
     rng = random.Random(0)
     manager, counter = BlockManager(40, 4, enable_prefix_caching=False), BlockCounter(40, 4)
-    live, next_id = [], 0
+    live, next_id, tokens_of = [], 0, {}  # tokens_of: seq_id -> its token list (the caller owns it)
     for _ in range(2000):
         op = rng.random()
         if op < 0.3:
@@ -100,10 +102,13 @@ def test_block_counter_takes_and_frees_the_blocks_a_manager_would():
                 pytest.fail("allocate disagrees")
             if next_id in manager:
                 live.append(next_id)
+                tokens_of[next_id] = tokens
             next_id += 1
         elif op < 0.85 and live:
             seq = rng.choice(live)
-            assert (manager.append_slot(seq, 0) is None) == (counter.append_slot(seq, 0) is None)
+            if manager.num_tokens(seq) == len(tokens_of[seq]):  # else the last refused token is still due
+                tokens_of[seq].append(0)
+            assert (manager.append_slot(seq) is None) == (counter.append_slot(seq) is None)
         elif live:
             seq = live.pop(rng.randrange(len(live)))
             manager.free(seq)
@@ -209,7 +214,7 @@ def test_every_request_completes_and_the_budget_is_always_accounted_for(policy):
     assert all(s.num_generated == s.request.output_len == len(s.generated) for s in result.finished)
     total = sum(result.steps[c] for c in CATEGORIES)
     assert np.all(total == 1024)
-    assert set(result.steps) == set(STEP_FIELDS) | {"duration_s"}
+    assert set(result.steps) == {f.name for f in fields(StepRecord)} | {"duration_s"}
     if policy != "paged":
         assert result.num_preemptions == 0
 
@@ -223,7 +228,7 @@ def test_first_come_first_served_and_continuous_batching():
     assert first[2] > first[0] and first[2] == finish[0] + 1  # admitted at the step after request 0 left
     assert first[2] < finish[1]  # ... while request 1 was still running: continuous batching
     assert first[3] >= first[2]  # never overtakes an earlier request
-    assert result.max_batch == 2
+    assert result.largest_batch == 2
 
 
 def test_the_youngest_request_is_preempted_and_resumes_first():
@@ -241,7 +246,7 @@ def test_the_youngest_request_is_preempted_and_resumes_first():
     # all three hold 2 blocks after 4 generated tokens; the 9th token of each needs a third, and only
     # 6 blocks exist: the youngest (2) is preempted with 5 generated, and its recomputation prefills 4 + 5
     assert scheduler.preempted_generated == [5]
-    assert sum(record[2] for record in scheduler.records) == 3 * 4 + (4 + 5)
+    assert sum(record.prefill_tokens for record in scheduler.records) == 3 * 4 + (4 + 5)
     assert scheduler.held == 0 and not scheduler.running and len(scheduler.finished) == 3
     assert all(s.generated == [7] * 8 for s in scheduler.finished)
 
@@ -251,7 +256,7 @@ def test_step_limits_are_respected():
     result = run_all(
         requests, "paged", 16 * 1000, config=SchedulerConfig(max_num_seqs=8, max_prefill_tokens=250)
     )
-    assert result.max_batch <= 8
+    assert result.largest_batch <= 8
     assert result.steps["prefill_tokens"].max() <= 250
 
 
