@@ -1,13 +1,20 @@
-"""How big the KV cache is, for any model on any GPU (chapter 2). Pure arithmetic: no torch.
+"""How big the KV cache is, for any model on any GPU (chapter 2; chapters 3 to 6 reuse it).
 
-- ``dtypes``: the storage types of K and V (fp32 ... int4) and their bytes.
-- ``spec``: :class:`ModelSpec` (what sizing needs of a model) and the byte formulas,
-  ``2 x layers x kv_heads x head_dim x tokens x batch x bytes`` and its per-layer forms.
+Pure arithmetic on integers: nothing here imports torch (only :mod:`kvlib.units` of the rest
+of kvlib), so the sizes are exact and every later layer can use them.
+
+- ``dtypes``: the storage formats of K and V (fp32 ... int4 with its scales) and the bytes of
+  one stored vector.
+- ``spec``: :class:`ModelSpec` (what the cache of a model depends on) and the byte formulas,
+  ``2 x layers x kv_heads x head_dim x tokens x batch x bytes`` and the five ways real
+  models bend it (GQA/MQA, sliding windows, hybrids, MLA, encoder-decoders).
 - ``config_reader``: a Hugging Face ``config.json`` to a :class:`ModelSpec`.
-- ``catalog``: the real models shipped in ``configs/`` (each quoting its source).
-- ``capacity``: weights, free memory, largest batch and context on a GPU, ``kvlib size``.
-- ``calculator``: the calculator widget of the notebook.
-- ``webcalc``: the calculator of the online book (its script is ``web/calculator.js``).
+- ``catalog``: the real models shipped in ``configs/`` (each quoting its source), their
+  table, and their export as JSON for the browser.
+- ``capacity``: weights, free memory, largest batch and context on one GPU, and the report
+  of ``python -m kvlib size``.
+- ``widget``: the notebook's ipywidgets calculator and its static table.
+- ``web_calculator``: the calculator of the online book, as HTML plus ``web/calculator.js``.
 """
 
 from kvlib.sizing.capacity import (

@@ -1,31 +1,13 @@
-"""Exact KV-cache byte counts for real models (chapter 2).
+"""Capacity planning on one GPU: what fits beside the weights (chapter 2), and ``python -m kvlib size``.
 
-The cache of one attention layer holds, for every cached token, one key and one value
-vector per KV head, so the whole cache is
-
-    bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
-
-(the formula of the source article of this book). Real models bend it in five ways,
-all handled here from a single description, :class:`ModelSpec`:
-
-- **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
-- **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
-  window, ``min(tokens, window)`` tokens.
-- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
-  fixed-size state and no KV cache.
-- **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
-  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
-  K and V per head.
-- **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
-  K and V of all encoder positions, computed once per input and not growing with the output.
-
-KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
-tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
-group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
-one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
-
-:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
-``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+A server's memory holds the weights, some fixed overhead (activations, the CUDA context),
+and the KV cache in what is left. :func:`weight_bytes` counts the weights in a storage
+format of :mod:`kvlib.sizing.dtypes`, :func:`free_bytes` what they leave, and
+:func:`max_batch` and :func:`max_context` the most sequences, or the longest context, whose
+caches (:func:`kvlib.sizing.spec.cache_bytes`) fit there. :func:`capacity_table` sets these
+side by side for each KV dtype (chapter 2's capacity table). :func:`size_summary` and
+:func:`format_summary` are what ``python -m kvlib size`` reports, as JSON and as a short table;
+:func:`format_bytes_gib` writes a byte count as the CLI and the online calculator show it.
 """
 
 from __future__ import annotations
@@ -35,13 +17,13 @@ from pathlib import Path
 from kvlib import KVLibError
 from kvlib.sizing.catalog import resolve_model
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
-from kvlib.sizing.spec import ModelSpec, _check_int, cache_bytes, cache_size
+from kvlib.sizing.spec import ModelSpec, cache_bytes, cache_size, require_int
 from kvlib.units import GiB, ceil_div
 
 
 def weight_bytes(num_parameters: int, dtype: str | KVDtype = "bf16") -> int:
     """Bytes of the weights: parameters x bytes per parameter (integer formats include their scales)."""
-    _check_int(num_parameters, "num_parameters", low=1)
+    require_int(num_parameters, "num_parameters", low=1)
     dtype = kv_dtype(dtype)
     if not dtype.group_size:
         return num_parameters * dtype.bits // 8
@@ -56,7 +38,7 @@ def free_bytes(gpu_bytes: int, weights: int, overhead_bytes: int = 0) -> int:
         ("weight_bytes", weights),
         ("overhead_bytes", overhead_bytes),
     ):
-        _check_int(value, key, low=0)
+        require_int(value, key, low=0)
     return gpu_bytes - weights - overhead_bytes
 
 
@@ -82,8 +64,11 @@ def max_context(
     dtype: str | KVDtype = "fp16",
     limit: int | None = None,
 ) -> int:
-    """The longest context (up to the model's maximum, or ``limit``) at which ``batch`` caches fit (0 if none)."""
-    _check_int(batch, "batch", low=1)
+    """The longest context (up to the model's maximum, or ``limit``) at which ``batch`` caches fit.
+
+    0 if not even one token per sequence fits.
+    """
+    require_int(batch, "batch", low=1)
     free = free_bytes(gpu_bytes, weights, overhead_bytes)
     high = limit or spec.max_context
     if high is None:
@@ -194,4 +179,5 @@ def format_summary(summary: dict) -> str:
 
 
 def format_bytes_gib(n: int) -> str:
+    """``n`` bytes exactly and in GiB, "17,179,869,184 B (16.000 GiB)", as the CLI and calculators show it."""
     return f"{n:,} B ({n / GiB:,.3f} GiB)"

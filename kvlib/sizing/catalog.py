@@ -1,31 +1,14 @@
-"""Exact KV-cache byte counts for real models (chapter 2).
+"""The real models shipped with kvlib, one JSON file each in ``kvlib/sizing/configs/`` (chapter 2).
 
-The cache of one attention layer holds, for every cached token, one key and one value
-vector per KV head, so the whole cache is
-
-    bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
-
-(the formula of the source article of this book). Real models bend it in five ways,
-all handled here from a single description, :class:`ModelSpec`:
-
-- **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
-- **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
-  window, ``min(tokens, window)`` tokens.
-- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
-  fixed-size state and no KV cache.
-- **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
-  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
-  K and V per head.
-- **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
-  K and V of all encoder positions, computed once per input and not growing with the output.
-
-KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
-tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
-group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
-one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
-
-:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
-``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+Each file quotes the fields of the model's published ``config.json`` that the cache and
+the parameter count depend on, and says where they come from (the fields are described in
+``kvlib/sizing/configs/README.md``). :func:`catalog_entry` reads one into a
+:class:`CatalogEntry` (its :class:`~kvlib.sizing.spec.ModelSpec` built by
+:func:`~kvlib.sizing.config_reader.spec_from_config`), :func:`resolve_model` accepts a
+catalog name or a path to any ``config.json`` (as ``python -m kvlib size`` does), and
+:func:`catalog_table` is chapter 2's table of every model's cache at its maximum context.
+:func:`catalog_export` gives the whole catalog as plain JSON-able data for the online
+calculator (:mod:`kvlib.sizing.web_calculator`), which has no Python.
 """
 
 from __future__ import annotations
@@ -45,14 +28,14 @@ from kvlib.sizing.spec import ModelSpec, bytes_per_token, cache_size
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One model of ``kvlib/catalog``: its description and where the numbers come from."""
+    """One model of ``kvlib/sizing/configs/``: its description and where the numbers come from."""
 
-    name: str
-    hf_id: str
-    source: str
-    notes: str
-    num_parameters: int
-    parameters_source: str
+    name: str  # display name, as python -m kvlib size accepts it (case-insensitive)
+    hf_id: str  # the model's Hugging Face repository
+    source: str  # where the config's numbers come from
+    notes: str  # what bends the size formula for this model (windows, MLA, ...)
+    num_parameters: int  # parameter count, for the weights' bytes
+    parameters_source: str  # how num_parameters was obtained
     spec: ModelSpec = field(repr=False)
     config: dict = field(repr=False, compare=False)  # the config.json fields the file quotes
 
@@ -189,9 +172,11 @@ def catalog_export() -> dict:
         )
     return {
         "formula": (
-            "vector_bytes(n) = ceil(n*bits/8) + ceil(n/group_size)*meta_bytes (no metadata when group_size is null); "
+            "vector_bytes(n) = ceil(n*bits/8) + ceil(n/group_size)*meta_bytes "
+            "(no metadata when group_size is null); "
             "layer_token_bytes = vectors_per_token_per_layer * vector_bytes(values_per_vector); "
-            "total = batch * layer_token_bytes * (sum over attention layers of min(context, window or context) "
+            "total = batch * layer_token_bytes * (sum over attention layers of "
+            "min(context, window or context) "
             "+ len(attention_layers) * cross_attention_tokens)"
         ),
         "kv_dtypes": {name: asdict(d) for name, d in KV_DTYPES.items()},

@@ -1,31 +1,15 @@
-"""Exact KV-cache byte counts for real models (chapter 2).
+"""A Hugging Face ``config.json`` read into a :class:`~kvlib.sizing.spec.ModelSpec` (chapter 2).
 
-The cache of one attention layer holds, for every cached token, one key and one value
-vector per KV head, so the whole cache is
-
-    bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
-
-(the formula of the source article of this book). Real models bend it in five ways,
-all handled here from a single description, :class:`ModelSpec`:
-
-- **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
-- **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
-  window, ``min(tokens, window)`` tokens.
-- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
-  fixed-size state and no KV cache.
-- **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
-  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
-  K and V per head.
-- **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
-  K and V of all encoder positions, computed once per input and not growing with the output.
-
-KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
-tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
-group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
-one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
-
-:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
-``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+Model families spell the same facts differently, and the reader must find in each config
+the five things that bend the size formula (see :mod:`kvlib.sizing.spec`):
+:func:`spec_from_config` reads the layer, head and width keys (with older aliases such as
+GPT-2's ``n_layer`` and ``n_head``; contradictory spellings are an error), an explicit
+``head_dim`` (Gemma), ``multi_query`` (Falcon-7B), sliding windows (``sliding_window``,
+``layer_types``, Gemma-2's alternation, Qwen2's ``use_sliding_window``), Jamba's
+``attn_layer_period`` / ``attn_layer_offset``, MLA's ``kv_lora_rank`` /
+``qk_rope_head_dim``, and Whisper's encoder/decoder keys. It is what ``python -m kvlib size
+path/to/config.json`` and the catalog (:mod:`kvlib.sizing.catalog`) use.
+:func:`spec_from_model_config` describes chapter 1's own :class:`kvlib.model.ModelConfig`.
 """
 
 from __future__ import annotations
@@ -34,7 +18,7 @@ import json
 from pathlib import Path
 
 from kvlib import KVLibError
-from kvlib.sizing.spec import ModelSpec, _check_int
+from kvlib.sizing.spec import ModelSpec, require_int
 
 # Alternative spellings of the same config key (Falcon's and GPT-2's older names).
 _ALIASES = {
@@ -44,6 +28,7 @@ _ALIASES = {
     "max_position_embeddings": ("max_position_embeddings", "n_positions", "n_ctx"),
 }
 
+# layer_types entries of layers that keep no KV cache (Mamba, linear attention, ... in hybrid models)
 NON_ATTENTION_LAYER_TYPES = ("mamba", "linear_attention", "conv", "mlp", "moe", "recurrent")
 
 
@@ -78,7 +63,7 @@ def _get(config: dict, key: str, default=None, required: bool = True):
 def _int(config: dict, key: str, low: int = 1, **kwargs):
     value = _get(config, key, **kwargs)
     if value is not None:
-        _check_int(value, f"config key {key!r}", low)
+        require_int(value, f"config key {key!r}", low)
     return value
 
 
@@ -140,7 +125,8 @@ def _num_kv_heads(config: dict, num_heads: int) -> int:
     kv_heads = num_heads if kv_heads is None else kv_heads
     if num_heads % kv_heads:
         raise KVLibError(
-            f"config's num_attention_heads ({num_heads}) is not a multiple of its num_key_value_heads ({kv_heads})"
+            f"config's num_attention_heads ({num_heads}) is not a multiple of "
+            f"its num_key_value_heads ({kv_heads})"
         )
     return kv_heads
 

@@ -1,31 +1,13 @@
-"""Exact KV-cache byte counts for real models (chapter 2).
+"""How K and V values are stored, and how many bytes one stored vector takes (chapter 2).
 
-The cache of one attention layer holds, for every cached token, one key and one value
-vector per KV head, so the whole cache is
-
-    bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
-
-(the formula of the source article of this book). Real models bend it in five ways,
-all handled here from a single description, :class:`ModelSpec`:
-
-- **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
-- **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
-  window, ``min(tokens, window)`` tokens.
-- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
-  fixed-size state and no KV cache.
-- **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
-  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
-  K and V per head.
-- **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
-  K and V of all encoder positions, computed once per input and not growing with the output.
-
-KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
-tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
-group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
-one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
-
-:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
-``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+A :class:`KVDtype` is a storage format of the cache: fp32, fp16 and bf16 store their
+bits; fp8 stores one byte per value (with one scale per tensor, which we neglect); int8 and
+int4 store 8 or 4 bits per value plus, for every group of ``group_size`` consecutive values
+of a vector (default 32), one fp16 scale and one fp16 zero point (asymmetric min-max
+quantization, as in KIVI-style KV quantizers). :meth:`KVDtype.vector_bytes` is the one
+place that turns a vector's length into bytes; :data:`KV_DTYPES` names the formats the
+book uses, and :func:`kv_dtype` looks one up by name. Weights use the same formats
+(:func:`kvlib.sizing.capacity.weight_bytes`).
 """
 
 from __future__ import annotations
@@ -40,8 +22,8 @@ from kvlib.units import ceil_div
 class KVDtype:
     """How cached values are stored: ``bits`` per value, plus per-group metadata for integer formats."""
 
-    name: str
-    bits: int
+    name: str  # as the book and the CLI spell it: "fp16", "int4" ...
+    bits: int  # bits of one stored value (scales and zero points not included)
     group_size: int | None = None  # values sharing one scale (and zero point); None: no per-group metadata
     meta_bytes: int = 0  # bytes of metadata per group: fp16 scale + fp16 zero point = 4
 
@@ -52,6 +34,7 @@ class KVDtype:
         return data + groups * self.meta_bytes
 
     def describe(self) -> str:
+        """The format in words, as ``python -m kvlib size`` prints it."""
         if not self.group_size:
             return f"{self.name}: {self.bits} bits per value"
         return (

@@ -1,12 +1,12 @@
-"""Exact KV-cache byte counts for real models (chapter 2).
+"""What the KV cache of a model depends on (:class:`ModelSpec`) and its exact byte counts (chapter 2).
 
 The cache of one attention layer holds, for every cached token, one key and one value
 vector per KV head, so the whole cache is
 
     bytes = 2 x num_attention_layers x num_kv_heads x head_dim x tokens x batch x bytes_per_value
 
-(the formula of the source article of this book). Real models bend it in five ways,
-all handled here from a single description, :class:`ModelSpec`:
+(the formula of the source article of this book, :func:`kv_cache_bytes`). Real models bend
+it in five ways, all handled here from a single description, :class:`ModelSpec`:
 
 - **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
 - **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
@@ -19,13 +19,12 @@ all handled here from a single description, :class:`ModelSpec`:
 - **Encoder-decoder models** (Whisper): every decoder layer also caches the cross-attention
   K and V of all encoder positions, computed once per input and not growing with the output.
 
-KV quantization is a :class:`KVDtype`: fp8 stores one byte per value (with one scale per
-tensor, which we neglect); int8 and int4 store 8 or 4 bits per value plus, for every
-group of ``group_size`` consecutive values of a vector (default 32), one fp16 scale and
-one fp16 zero point (asymmetric min-max quantization, as in KIVI-style KV quantizers).
-
-:func:`spec_from_config` builds a description from a Hugging Face ``config.json``;
-``kvlib/catalog/*.json`` ships real models (each file quotes its config and its source).
+The bytes of one stored vector come from its :class:`~kvlib.sizing.dtypes.KVDtype` (fp16,
+fp8, int8 and int4 with their scales). :func:`cache_size` splits a cache into its
+self-attention and cross-attention parts, :func:`cache_bytes` is their total, and
+:func:`bytes_per_token` is what one more token adds. A :class:`ModelSpec` is built by
+hand, from a Hugging Face ``config.json`` (:mod:`kvlib.sizing.config_reader`) or from the
+real models shipped in ``kvlib/sizing/configs/`` (:mod:`kvlib.sizing.catalog`).
 """
 
 from __future__ import annotations
@@ -49,26 +48,26 @@ class ModelSpec:
     layer caches) and ``num_encoder_layers`` (which cache nothing).
     """
 
-    name: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    attention_layers: tuple[int, ...] | None = None
-    sliding_windows: tuple[int | None, ...] | None = None
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    cross_attention_tokens: int = 0
-    num_encoder_layers: int = 0
-    max_context: int | None = None
+    name: str  # display name ("Llama-3-8B")
+    num_layers: int  # layers run per generated token (the decoder's)
+    num_heads: int  # query heads
+    num_kv_heads: int  # K/V heads: num_heads (MHA), fewer (GQA), 1 (MQA)
+    head_dim: int  # values per head vector
+    attention_layers: tuple[int, ...] | None = None  # indices of the layers that cache K/V; None: all
+    sliding_windows: tuple[int | None, ...] | None = None  # per layer: window in tokens, or None
+    kv_lora_rank: int | None = None  # MLA: latent values cached per token and layer
+    qk_rope_head_dim: int | None = None  # MLA: rotary key values cached beside the latent
+    cross_attention_tokens: int = 0  # encoder positions each decoder layer caches (encoder-decoder)
+    num_encoder_layers: int = 0  # encoder layers (they cache nothing)
+    max_context: int | None = None  # longest context the model accepts, when known
 
     def __post_init__(self):
         for key in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
-            _check_int(getattr(self, key), key, low=1)
+            require_int(getattr(self, key), key, low=1)
         for key in ("cross_attention_tokens", "num_encoder_layers"):
-            _check_int(getattr(self, key), key, low=0)
+            require_int(getattr(self, key), key, low=0)
         if self.max_context is not None:
-            _check_int(self.max_context, "max_context", low=1)
+            require_int(self.max_context, "max_context", low=1)
         if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
             raise KVLibError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
@@ -91,20 +90,22 @@ class ModelSpec:
             raise KVLibError(f"sliding_windows has {len(windows)} entries for {self.num_layers} layers")
         for window in windows:
             if window is not None:
-                _check_int(window, "sliding_window", low=1)
+                require_int(window, "sliding_window", low=1)
         object.__setattr__(self, "sliding_windows", windows)
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise KVLibError("MLA needs both kv_lora_rank and qk_rope_head_dim")
         if self.is_mla:
-            _check_int(self.kv_lora_rank, "kv_lora_rank", low=1)
-            _check_int(self.qk_rope_head_dim, "qk_rope_head_dim", low=1)
+            require_int(self.kv_lora_rank, "kv_lora_rank", low=1)
+            require_int(self.qk_rope_head_dim, "qk_rope_head_dim", low=1)
 
     @property
     def num_attention_layers(self) -> int:
+        """How many layers keep a KV cache (all of them, except in hybrid models)."""
         return len(self.attention_layers)
 
     @property
     def is_mla(self) -> bool:
+        """Whether each layer caches one latent vector per token (MLA) instead of K and V per head."""
         return self.kv_lora_rank is not None
 
     @property
@@ -132,7 +133,12 @@ class ModelSpec:
         return ModelSpec(**{**asdict(self), "num_kv_heads": num_kv_heads, "name": name or self.name})
 
 
-def _check_int(value, key: str, low: int) -> None:
+def require_int(value, key: str, low: int) -> None:
+    """Raise :class:`~kvlib.KVLibError` naming ``key`` unless ``value`` is an int (not a bool) >= ``low``.
+
+    Every count the sizing formulas take (layers, heads, tokens, batch, parameters) is checked
+    with it, so that a float or a negative number fails with a message rather than a wrong size.
+    """
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise KVLibError(f"{key} must be an integer >= {low}, not {value!r}")
 
@@ -149,7 +155,7 @@ def kv_cache_bytes(
         ("batch", batch),
         ("dtype_bytes", dtype_bytes),
     ):
-        _check_int(value, key, low=1)
+        require_int(value, key, low=1)
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch * dtype_bytes
 
 
@@ -172,7 +178,7 @@ def cached_tokens(spec: ModelSpec, layer: int, context: int) -> int:
 
 def check_context(spec: ModelSpec, context: int) -> None:
     """A context must be a positive integer no longer than the model's maximum (when known)."""
-    _check_int(context, "context", low=1)
+    require_int(context, "context", low=1)
     if spec.max_context is not None and context > spec.max_context:
         raise KVLibError(f"context {context:,} exceeds {spec.name}'s maximum of {spec.max_context:,} tokens")
 
@@ -181,27 +187,29 @@ def check_context(spec: ModelSpec, context: int) -> None:
 class CacheSize:
     """Bytes of the KV cache of ``batch`` sequences of ``context`` tokens, split by kind."""
 
-    model: str
-    context: int
-    batch: int
-    kv_dtype: str
-    bytes_per_token: int  # before any window cap
-    self_attention_bytes: int
-    cross_attention_bytes: int
+    model: str  # the ModelSpec's name
+    context: int  # tokens per sequence (prompt + generated)
+    batch: int  # sequences
+    kv_dtype: str  # name of the KVDtype the values are stored in
+    bytes_per_token: int  # what one more token adds, before any window cap
+    self_attention_bytes: int  # grows with the context (up to each layer's window)
+    cross_attention_bytes: int  # fixed by the encoder's positions (encoder-decoder models; else 0)
 
     @property
     def total_bytes(self) -> int:
+        """Self-attention plus cross-attention bytes."""
         return self.self_attention_bytes + self.cross_attention_bytes
 
     @property
     def total_gib(self) -> float:
+        """:attr:`total_bytes` in GiB."""
         return self.total_bytes / GiB
 
 
 def cache_size(spec: ModelSpec, context: int, batch: int = 1, dtype: str | KVDtype = "fp16") -> CacheSize:
     """The KV cache of ``batch`` sequences that have ``context`` tokens each (prompt + generated)."""
     check_context(spec, context)
-    _check_int(batch, "batch", low=1)
+    require_int(batch, "batch", low=1)
     dtype = kv_dtype(dtype)
     per_layer = token_layer_bytes(spec, dtype)
     self_tokens = sum(cached_tokens(spec, layer, context) for layer in spec.attention_layers)

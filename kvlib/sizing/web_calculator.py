@@ -1,15 +1,15 @@
 """The chapter 2 calculator for the online book: HTML and a short script, no Python kernel needed.
 
-:func:`kvlib.calculator.calculator` is an ipywidgets calculator, and widgets need a running
-kernel, which the published HTML does not have. :func:`calculator_html` renders the same
-calculator as one self-contained HTML fragment: a form, the catalog as JSON
-(:func:`kvlib.sizing.catalog_export`, embedded: nothing is fetched) and
-``kvlib/web/calculator.js``, which repeats kvlib's arithmetic with exact integers.
+:func:`kvlib.sizing.widget.calculator` is an ipywidgets calculator, and widgets need a
+running kernel, which the published HTML does not have. :func:`calculator_html` renders the
+same calculator as one self-contained HTML fragment: a form, the catalog as JSON
+(:func:`kvlib.sizing.catalog.catalog_export`, embedded: nothing is fetched) and
+``kvlib/sizing/web/calculator.js``, which repeats kvlib's arithmetic with exact integers.
 
 :func:`answer_rows` is the Python side: the rows the calculator shows, computed by kvlib and
 formatted as the script formats them. The fragment is pre-filled with it (the default answer
-shows even without JavaScript), and the browser tests check that the script displays exactly
-these rows for the same inputs.
+shows even without JavaScript), and the browser tests (``tests/browser/test_calculator.py``)
+check that the script displays exactly these rows for the same inputs.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from kvlib.sizing.catalog import catalog_entry, catalog_export, catalog_names
 from kvlib.sizing.spec import cache_size, token_layer_bytes
 from kvlib.sizing.widget import capacity_report
 
-# The widget's choices and bounds (kvlib.calculator.calculator). The bounds keep every byte count
-# below 2**53, where JavaScript numbers are exact integers (tests/test_webcalc.py checks it).
+# The widget's choices and bounds (kvlib.sizing.widget.calculator). The bounds keep every byte count
+# below 2**53, where JavaScript numbers are exact integers (tests/sizing/test_web_calculator.py checks it).
 KV_CHOICES = ("fp16", "bf16", "fp8", "int8", "int4")
 
 WEIGHT_CHOICES = ("bf16", "fp8", "int4")
@@ -65,6 +65,7 @@ def answer_rows(
     one = cache_size(spec, context, 1, kv_dtype)
     layer = token_layer_bytes(spec, kv_dtype)
     cross = f", of which {one.cross_attention_bytes:,} B cross-attention" if one.cross_attention_bytes else ""
+    batch_bytes = cache_size(spec, context, batch, kv_dtype).total_bytes
     verdict = "fits" if report["fits"] else "does NOT fit"
     return [
         (
@@ -73,11 +74,7 @@ def answer_rows(
             f"{one.bytes_per_token:,} B = {spec.num_attention_layers} attention layers x {layer:,} B",
         ),
         ("per_sequence", "one sequence", f"{format_bytes_gib(one.total_bytes)} at {context:,} tokens{cross}"),
-        (
-            "batch",
-            "the batch",
-            f"{format_bytes_gib(cache_size(spec, context, batch, kv_dtype).total_bytes)} for {batch:,} sequences",
-        ),
+        ("batch", "the batch", f"{format_bytes_gib(batch_bytes)} for {batch:,} sequences"),
         (
             "weights",
             "weights",
@@ -88,13 +85,14 @@ def answer_rows(
         (
             "max_context",
             "max context",
-            f"{report['max_context']:,} tokens at batch {batch:,} (model maximum {report['model_max_context']:,})",
+            f"{report['max_context']:,} tokens at batch {batch:,} "
+            f"(model maximum {report['model_max_context']:,})",
         ),
     ]
 
 
 def script_source() -> str:
-    """kvlib/web/calculator.js: the calculator's arithmetic and its page logic."""
+    """The text of kvlib/sizing/web/calculator.js: the calculator's arithmetic and its page logic."""
     return resources.files("kvlib.sizing").joinpath("web", "calculator.js").read_text(encoding="utf-8")
 
 
@@ -103,10 +101,16 @@ def embedded_json(data) -> str:
     return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
 
 
-STYLE = """.kvcalc form { display: grid; grid-template-columns: repeat(auto-fill, minmax(13rem, 1fr)); gap: .4rem 1rem; }
-.kvcalc label { display: flex; flex-direction: column; font-size: .85rem; }
-.kvcalc .kvcalc-error { color: #b00020; font-weight: bold; min-height: 1.2em; }
-.kvcalc th { text-align: left; padding-right: 1rem; }"""
+# The fragment's CSS, one rule per line.
+STYLE = "\n".join(
+    (
+        ".kvcalc form { display: grid; grid-template-columns: repeat(auto-fill, minmax(13rem, 1fr)); "
+        "gap: .4rem 1rem; }",
+        ".kvcalc label { display: flex; flex-direction: column; font-size: .85rem; }",
+        ".kvcalc .kvcalc-error { color: #b00020; font-weight: bold; min-height: 1.2em; }",
+        ".kvcalc th { text-align: left; padding-right: 1rem; }",
+    )
+)
 
 
 def _options(choices, selected) -> str:
@@ -129,15 +133,17 @@ def calculator_html(**inputs) -> str:
     v = values
     fields = [
         f'<label>model<select name="model">{_options(catalog_names(), v["model"])}</select></label>',
-        f'<label>context (tokens)<input type="number" name="context" min="1" step="1" value="{v["context"]}"></label>',
+        '<label>context (tokens)<input type="number" name="context" min="1" step="1" '
+        f'value="{v["context"]}"></label>',
         f'<label>batch (sequences)<input type="number" name="batch" min="1" max="{LIMITS["batch"]}" step="1" '
         f'value="{v["batch"]}"></label>',
         f'<label>KV dtype<select name="kv_dtype">{_options(KV_CHOICES, v["kv_dtype"])}</select></label>',
-        f'<label>GPU memory (GiB)<input type="number" name="gpu_gib" min="0" max="{LIMITS["gpu_gib"]}" step="any" '
-        f'value="{float(v["gpu_gib"])!r}"></label>',
-        f'<label>weights<select name="weight_dtype">{_options(WEIGHT_CHOICES, v["weight_dtype"])}</select></label>',
-        f'<label>overhead (GiB)<input type="number" name="overhead_gib" min="0" max="{LIMITS["overhead_gib"]}" '
-        f'step="any" value="{float(v["overhead_gib"])!r}"></label>',
+        f'<label>GPU memory (GiB)<input type="number" name="gpu_gib" min="0" max="{LIMITS["gpu_gib"]}" '
+        f'step="any" value="{float(v["gpu_gib"])!r}"></label>',
+        '<label>weights<select name="weight_dtype">'
+        f"{_options(WEIGHT_CHOICES, v['weight_dtype'])}</select></label>",
+        '<label>overhead (GiB)<input type="number" name="overhead_gib" min="0" '
+        f'max="{LIMITS["overhead_gib"]}" step="any" value="{float(v["overhead_gib"])!r}"></label>',
     ]
     return (
         '<div class="kvcalc">\n'

@@ -1,9 +1,11 @@
-"""KV-cache calculator: the sizing of chapter 2 for any catalog model, GPU and KV dtype.
+"""The notebook's KV-cache calculator: chapter 2's sizing for any catalog model, GPU and KV dtype.
 
-:func:`capacity_report` does the arithmetic (and is what the tests check);
-:func:`calculator` wraps it in ipywidgets for readers who run the notebook locally.
-:func:`capacity_overview` and :func:`plot_max_batch` are the static table and plot shown
-beside the widget, so that readers of the online book see the same numbers.
+:func:`capacity_report` does the arithmetic (with :mod:`kvlib.sizing.capacity`; it is what
+the tests check); :func:`calculator` wraps it in ipywidgets for readers who run the notebook
+locally (ipywidgets is imported only then). :func:`capacity_overview` is the static table
+shown beside the widget, and :func:`kvlib.plotting.draw_max_batch` the static plot, so that
+readers of the online book see the same numbers; there, :mod:`kvlib.sizing.web_calculator`
+gives them a calculator that runs in the browser.
 """
 
 from __future__ import annotations

@@ -24,9 +24,11 @@ FULL_SCREENSHOTS = os.environ.get("KVBOOK_FULL_SCREENSHOTS", "") not in ("", "0"
 
 _MATH = r"""() => {
   const maths = Array.from(document.querySelectorAll('.math'));
-  const untypeset = maths.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.trim().slice(0, 60));
+  const untypeset = maths.filter(m => !m.querySelector('mjx-container'))
+                         .map(m => m.textContent.trim().slice(0, 60));
   // each text node on its own (joining them would glue "$a$" and "$b$" into "$a$$b$"), code excluded
-  const walker = document.createTreeWalker(document.querySelector('main') || document.body, NodeFilter.SHOW_TEXT,
+  const walker = document.createTreeWalker(
+    document.querySelector('main') || document.body, NodeFilter.SHOW_TEXT,
     {acceptNode: n => n.parentElement.closest('pre, code, script, style, textarea, mjx-container')
                       ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
   const texts = [];
@@ -46,7 +48,8 @@ _IMAGES = """async () => {
 
 _WIDGETS_RENDERED = """() => {
   const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length;
-  const rendered = Array.from(document.querySelectorAll('.widget-subarea')).filter(d => d.children.length > 0).length;
+  const rendered = Array.from(document.querySelectorAll('.widget-subarea'))
+                        .filter(d => d.children.length > 0).length;
   return rendered >= views;
 }"""
 

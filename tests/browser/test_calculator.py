@@ -1,11 +1,11 @@
-"""The online calculator of chapter 2 (kvlib/web/calculator.js) in headless Chromium, against kvlib.
+"""The online calculator of chapter 2 (kvlib/sizing/web/calculator.js) in headless Chromium, against kvlib.
 
 The built chapter 2 page must carry the calculator. Inputs typed into its form must show exactly
-the rows kvlib.webcalc.answer_rows formats, and the numbers in them must be the ones kvlib.sizing
-computes here in Python (for a few readers' cases: MHA, GQA, sliding windows, MLA, cross-attention,
-int4, capacity); bad inputs must show kvlib's error message. The script's own function is then fed
-every catalog model x KV dtype x weight dtype. Throughout, the page may log no console error and
-send no request away from localhost (the checks of pagecheck.open_page).
+the rows kvlib.sizing.web_calculator.answer_rows formats, and the numbers in them must be the ones
+kvlib.sizing computes here in Python (for a few readers' cases: MHA, GQA, sliding windows, MLA,
+cross-attention, int4, capacity); bad inputs must show kvlib's error message. The script's own
+function is then fed every catalog model x KV dtype x weight dtype. Throughout, the page may log
+no console error and send no request away from localhost (the checks of pagecheck.open_page).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import re
 import pytest
 
 from kvlib import KVLibError
-from kvlib.sizing import web_calculator as webcalc
-from kvlib.sizing.widget import capacity_report
+from kvlib.sizing import web_calculator
 from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
 from kvlib.sizing.spec import bytes_per_token, cache_bytes
+from kvlib.sizing.widget import capacity_report
 from kvlib.units import GiB
 from tests.browser.pagecheck import WAIT_MS, open_page
 
@@ -28,7 +28,7 @@ PAGE = "book/02_cache_size.html"
 ROWS = """root => Array.from(root.querySelectorAll('tr[data-out]'))
                   .map(tr => [tr.dataset.out, tr.cells[0].textContent, tr.cells[1].textContent])"""
 
-# (what the case exercises, inputs that differ from webcalc.DEFAULTS)
+# (what the case exercises, inputs that differ from web_calculator.DEFAULTS)
 CASES = [
     ("MHA, the article's formula", dict(model="Llama-2-7B", context=4096, batch=1, kv_dtype="fp16")),
     ("GQA", dict(model="Llama-3-8B", context=8192, batch=8)),
@@ -91,8 +91,8 @@ def first_number(text: str) -> float:
 
 
 def kvlib_numbers(inputs: dict) -> dict:
-    """The numbers of each row, computed here with kvlib.sizing and kvlib.calculator."""
-    i = {**webcalc.DEFAULTS, **inputs}
+    """The numbers of each row, computed here with kvlib.sizing (capacity, spec and widget)."""
+    i = {**web_calculator.DEFAULTS, **inputs}
     entry = catalog_entry(i["model"])
     spec, kv, context, batch = entry.spec, i["kv_dtype"], i["context"], i["batch"]
     weights = weight_bytes(entry.num_parameters, i["weight_dtype"])
@@ -113,17 +113,17 @@ def kvlib_numbers(inputs: dict) -> dict:
 
 def test_script_answers_the_default_inputs_as_python_did(calculator):
     page, root, problems = calculator
-    assert root.evaluate(ROWS) == [list(r) for r in webcalc.answer_rows(**webcalc.DEFAULTS)]
+    assert root.evaluate(ROWS) == [list(r) for r in web_calculator.answer_rows(**web_calculator.DEFAULTS)]
     assert problems == []
 
 
 @pytest.mark.parametrize("why, inputs", CASES, ids=[c[0] for c in CASES])
 def test_typed_inputs_show_kvlibs_numbers(calculator, screenshots, why, inputs):
     page, root, problems = calculator
-    values = {**webcalc.DEFAULTS, **inputs}
+    values = {**web_calculator.DEFAULTS, **inputs}
     set_inputs(root, values)
     shown = root.evaluate(ROWS)
-    assert shown == [list(r) for r in webcalc.answer_rows(**values)], why
+    assert shown == [list(r) for r in web_calculator.answer_rows(**values)], why
     expected = kvlib_numbers(inputs)
     numbers = {key: first_number(text) for key, _, text in shown}
     assert numbers == expected, f"{why}: shown {numbers}, kvlib {expected}"
@@ -140,22 +140,25 @@ def test_typed_inputs_show_kvlibs_numbers(calculator, screenshots, why, inputs):
 )
 def test_bad_inputs_show_kvlibs_message(calculator, inputs):
     page, root, problems = calculator
-    values = {**webcalc.DEFAULTS, **inputs}
+    values = {**web_calculator.DEFAULTS, **inputs}
     with pytest.raises(KVLibError) as error:
-        webcalc.answer_rows(**values)
+        web_calculator.answer_rows(**values)
     set_inputs(root, values)
     assert root.locator(".kvcalc-error").text_content() == str(error.value)
     assert root.locator(".kvcalc-answer").is_hidden()
-    set_inputs(root, webcalc.DEFAULTS)  # a good input brings the answer back
+    set_inputs(root, web_calculator.DEFAULTS)  # a good input brings the answer back
     assert root.locator(".kvcalc-error").text_content() == "" and root.locator(".kvcalc-answer").is_visible()
     assert problems == []
 
 
 def test_every_catalog_model_and_dtype_agrees(calculator):
-    """The script's own function (what the form calls) for the whole catalog, at short, long and maximum contexts."""
+    """The script's own function (what the form calls) for the whole catalog, at short, long and
+    maximum contexts."""
     page, root, problems = calculator
     cases = []
-    for model, kv, weights in itertools.product(catalog_names(), webcalc.KV_CHOICES, webcalc.WEIGHT_CHOICES):
+    for model, kv, weights in itertools.product(
+        catalog_names(), web_calculator.KV_CHOICES, web_calculator.WEIGHT_CHOICES
+    ):
         longest = catalog_entry(model).spec.max_context
         for context, batch, gpu in (
             (1, 1, 80.0),
@@ -164,7 +167,7 @@ def test_every_catalog_model_and_dtype_agrees(calculator):
         ):
             cases.append(
                 {
-                    **webcalc.DEFAULTS,
+                    **web_calculator.DEFAULTS,
                     "model": model,
                     "context": context,
                     "batch": batch,
@@ -178,7 +181,7 @@ def test_every_catalog_model_and_dtype_agrees(calculator):
         try { return root.kvcalcRows(c); } catch (e) { return 'error: ' + e.message; } })""",
         [{k: str(v) for k, v in c.items()} for c in cases],
     )
-    expected = [[list(r) for r in webcalc.answer_rows(**c)] for c in cases]
-    wrong = [(c, s, e) for c, s, e in zip(cases, shown, expected) if s != e]
+    expected = [[list(r) for r in web_calculator.answer_rows(**c)] for c in cases]
+    wrong = [(c, s, e) for c, s, e in zip(cases, shown, expected, strict=True) if s != e]
     assert wrong == [], f"{len(wrong)} of {len(cases)} disagree, first: {wrong[0]}"
     assert problems == []

@@ -27,7 +27,7 @@ def spec(name):
     return s.catalog_entry(name).spec
 
 
-# --------------------------------------------------------------------------- the article and the numbers
+# ----------------------------------------------------------------------- the article and the numbers
 
 
 def test_article_table_is_exact():

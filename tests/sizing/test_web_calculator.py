@@ -1,6 +1,7 @@
-"""The online calculator (kvlib.webcalc, kvlib/web/calculator.js) without a browser: its embedded data,
-its self-containment, its Python answer, and the names the script reads from the catalog export.
-tests/browser/test_calculator.py runs the script itself and compares it with kvlib."""
+"""The online calculator (kvlib.sizing.web_calculator, kvlib/sizing/web/calculator.js) without a
+browser: its embedded data, its self-containment, its Python answer, and the names the script reads
+from the catalog export. tests/browser/test_calculator.py runs the script itself and compares it
+with kvlib."""
 
 import html
 import json
@@ -9,15 +10,14 @@ import re
 import pytest
 
 from kvlib import KVLibError
-from kvlib.sizing import widget as widget_calculator
-from kvlib.sizing import web_calculator as webcalc
+from kvlib.sizing import web_calculator, widget
 from kvlib.sizing.capacity import max_batch, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_export, catalog_names
 from kvlib.sizing.spec import bytes_per_token, cache_bytes
 from kvlib.units import GiB
 
-PAGE = webcalc.calculator_html()
-SCRIPT = webcalc.script_source()
+PAGE = web_calculator.calculator_html()
+SCRIPT = web_calculator.script_source()
 
 
 def test_embedded_catalog_is_catalog_export():
@@ -32,11 +32,13 @@ def test_fragment_is_self_contained():
     tags = re.findall(r"<script[^>]*>", PAGE)
     assert tags == ['<script type="application/json" class="kvcalc-data">', "<script>"]
     assert not re.search(r"\s(src|href)=", PAGE), "nothing in the fragment may load a file"
-    assert SCRIPT in PAGE and PAGE == webcalc.calculator_html()  # deterministic: nbval compares it exactly
+    assert (
+        SCRIPT in PAGE and PAGE == web_calculator.calculator_html()
+    )  # deterministic: nbval compares it exactly
 
 
 def test_embedded_json_cannot_close_its_script():
-    text = webcalc.embedded_json({"note": "</script><script>alert(1)</script>"})
+    text = web_calculator.embedded_json({"note": "</script><script>alert(1)</script>"})
     assert "</" not in text and json.loads(text) == {"note": "</script><script>alert(1)</script>"}
 
 
@@ -62,14 +64,14 @@ def test_script_reads_only_fields_the_export_has():
 
 def test_prefilled_answer_is_kvlibs():
     rows = re.findall(r'<tr data-out="(\w+)"><th>(.*?)</th><td>(.*?)</td></tr>', PAGE)
-    assert [(k, label, html.unescape(text)) for k, label, text in rows] == webcalc.answer_rows(
-        **webcalc.DEFAULTS
+    assert [(k, label, html.unescape(text)) for k, label, text in rows] == web_calculator.answer_rows(
+        **web_calculator.DEFAULTS
     )
     assert 'value="8192"' in PAGE and "<option selected>Llama-3-8B</option>" in PAGE
 
 
 def _rows(**inputs):
-    return dict((key, text) for key, _, text in webcalc.answer_rows(**inputs))
+    return dict((key, text) for key, _, text in web_calculator.answer_rows(**inputs))
 
 
 def test_answer_numbers_are_kvlibs():
@@ -106,35 +108,36 @@ def test_answer_numbers_are_kvlibs():
     assert per_sequence == cache_bytes(mistral.spec, 4096, 1, "int4")
     assert (
         rows["max_batch"]
-        == f"{max_batch(mistral.spec, 32768, 24 * GiB, weights, 4 * GiB, 'int4'):,} sequences of 32,768 tokens"
+        == f"{max_batch(mistral.spec, 32768, 24 * GiB, weights, 4 * GiB, 'int4'):,} sequences"
+        " of 32,768 tokens"
     )
 
 
 def test_limits_keep_every_byte_count_exact_in_javascript():
     largest = max(
         cache_bytes(
-            catalog_entry(name).spec, catalog_entry(name).spec.max_context, webcalc.LIMITS["batch"], kv
+            catalog_entry(name).spec, catalog_entry(name).spec.max_context, web_calculator.LIMITS["batch"], kv
         )
         for name in catalog_names()
-        for kv in webcalc.KV_CHOICES
+        for kv in web_calculator.KV_CHOICES
     )
     heaviest = max(
         weight_bytes(catalog_entry(name).num_parameters, w)
         for name in catalog_names()
-        for w in webcalc.WEIGHT_CHOICES
+        for w in web_calculator.WEIGHT_CHOICES
     )
-    assert largest + heaviest + webcalc.LIMITS["overhead_gib"] * GiB < 2**53
-    assert webcalc.LIMITS["gpu_gib"] * GiB < 2**53
+    assert largest + heaviest + web_calculator.LIMITS["overhead_gib"] * GiB < 2**53
+    assert web_calculator.LIMITS["gpu_gib"] * GiB < 2**53
 
 
 def test_choices_and_defaults_match_the_widget():
-    controls = {c.description: c for c in widget_calculator.calculator().children[:-1]}
-    assert tuple(controls["KV dtype"].options) == webcalc.KV_CHOICES
-    assert tuple(controls["weights"].options) == webcalc.WEIGHT_CHOICES
+    controls = {c.description: c for c in widget.calculator().children[:-1]}
+    assert tuple(controls["KV dtype"].options) == web_calculator.KV_CHOICES
+    assert tuple(controls["weights"].options) == web_calculator.WEIGHT_CHOICES
     assert list(controls["model"].options) == catalog_names()
-    assert controls["batch"].max == webcalc.LIMITS["batch"]
+    assert controls["batch"].max == web_calculator.LIMITS["batch"]
     assert [controls[k].value for k in ("model", "context", "batch", "GPU GiB", "overhead GiB")] == [
-        webcalc.DEFAULTS[k] for k in ("model", "context", "batch", "gpu_gib", "overhead_gib")
+        web_calculator.DEFAULTS[k] for k in ("model", "context", "batch", "gpu_gib", "overhead_gib")
     ]
 
 
@@ -150,9 +153,9 @@ def test_choices_and_defaults_match_the_widget():
 )
 def test_bad_input_is_named(inputs, message):
     with pytest.raises(KVLibError, match=re.escape(message)):
-        webcalc.answer_rows(**{**webcalc.DEFAULTS, **inputs})
+        web_calculator.answer_rows(**{**web_calculator.DEFAULTS, **inputs})
 
 
 def test_unknown_calculator_input_is_named():
     with pytest.raises(KVLibError, match="unknown calculator inputs: gpu"):
-        webcalc.calculator_html(gpu=80)
+        web_calculator.calculator_html(gpu=80)

@@ -1,9 +1,10 @@
 // The chapter 2 KV-cache calculator for readers of the online book: no Python kernel needed.
 //
-// kvlib/webcalc.py places this script at the end of a <div class="kvcalc">, after the form and
-// after the catalog (the JSON of kvlib.sizing.catalog_export()). It repeats kvlib's arithmetic
-// (kvlib.sizing: cache bytes, weight bytes, max batch, max context; kvlib.calculator.capacity_report:
-// the GPU share) and writes the answer exactly as kvlib.webcalc.answer_rows formats it.
+// kvlib/sizing/web_calculator.py places this script at the end of a <div class="kvcalc">, after
+// the form and after the catalog (the JSON that kvlib.sizing's catalog_export() returns, from
+// the catalog module). It repeats kvlib's arithmetic (kvlib.sizing.spec and kvlib.sizing.capacity: cache
+// bytes, weight bytes, max batch, max context; kvlib.sizing.widget.capacity_report: the GPU
+// share) and writes the answer exactly as kvlib.sizing.web_calculator.answer_rows formats it.
 // Byte counts are BigInts, exact like Python's integers; the browser tests
 // (tests/browser/test_calculator.py) check the displayed text against kvlib for many inputs.
 (function () {
@@ -13,7 +14,7 @@
   const models = Object.fromEntries(catalog.models.map((m) => [m.name, m]));
   const GiB = 2 ** 30;
 
-  // ---------------------------------------------------------------- kvlib.sizing, in BigInt bytes
+  // ------------------------------------------------ kvlib.sizing.spec and .capacity, in BigInt bytes
 
   const big = BigInt;
   const ceilDiv = (a, b) => (a + b - 1n) / b; // for a >= 0, b > 0, like Python's ceil_div(a, b)
@@ -89,15 +90,15 @@
     return d ? group(s.slice(0, -d)) + "." + s.slice(-d) : group(s);
   }
 
-  // kvlib.sizing's bytes display: f"{n:,} B ({n / GiB:,.3f} GiB)" (n < 2**53, so Number(n) is exact).
+  // kvlib.sizing.capacity.format_bytes_gib: f"{n:,} B ({n / GiB:,.3f} GiB)"; n < 2**53, so Number(n) is exact.
   const bytesText = (n) => `${group(n.toString())} B (${fixed(Number(n) / GiB, 3)} GiB)`;
 
   // repr() of a Python float in the error messages: 80 -> "80.0".
   const floatRepr = (x) => (Number.isInteger(x) ? x.toFixed(1) : String(x));
 
-  // ---------------------------------------------------------------- the answer (kvlib.webcalc.answer_rows)
+  // ------------------------------------------------ the answer (kvlib.sizing.web_calculator.answer_rows)
 
-  // An integer input as kvlib's _check_int wants it; `limit` mirrors the form's max attribute.
+  // An integer input as kvlib.sizing.spec.require_int wants it; `limit` mirrors the form's max attribute.
   function integer(key, raw, limit) {
     const value = Number(raw);
     if (raw.trim() === "" || !Number.isInteger(value) || value < 1) {
