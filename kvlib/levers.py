@@ -12,10 +12,15 @@ The KV cache of a server depends on three things, each with its levers:
 :func:`apply_lever` applies one lever to a :class:`Variant` and records the factor by which
 the lever, by its definition, multiplies the bytes of one token; chapter 5 checks that
 :mod:`kvlib.sizing` agrees with the product of these factors exactly. :func:`serve` turns a
-variant into what a GPU does with it: the KV budget it leaves (:func:`kv_budget`), how many
-full-length sequences fit (:func:`max_batch`), and a roofline step-time model of that GPU
-(:func:`roofline_step`, chapter 4's one A100 model applied to the variant) for the simulator
-of chapter 4 (:func:`kvlib.simulator.simulate`).
+variant into what a GPU does with it: the KV budget it leaves (:func:`variant_kv_budget`),
+how many full-length sequences fit (:func:`variant_max_batch`), and a step-time model of that
+GPU (:func:`variant_step_model`: chapter 4's one roofline model,
+:func:`kvlib.serving.gpu_model.roofline_step`, applied to the variant) for the simulator of
+chapter 4 (:func:`kvlib.serving.simulator.simulate`). :func:`chain_table` sets the steps side
+by side (drawn by :func:`kvlib.plotting.draw_chain`).
+
+GPU data sheets come from :mod:`kvlib.gpus`; nothing here depends on chapter 4's experiments
+(:mod:`kvlib.serving.policy_comparison`), only on the serving machinery they use.
 """
 
 from __future__ import annotations
@@ -58,19 +63,20 @@ class Variant:
     fixed per-sequence state that does not grow with the context (Mamba layers).
     """
 
-    name: str
-    lever: str
-    spec: ModelSpec
-    num_parameters: int
-    kv_dtype: str = "fp16"
-    policy: str = "max"
-    prefix_caching: bool = False
-    state_bytes: int = 0
-    factor: Fraction = Fraction(1)
-    hypothetical: bool = False
+    name: str  # what this step made of the model ("GQA-8", "fp8 cache", "paged" ...)
+    lever: str  # the lever of LEVERS that produced it ("none (baseline)" for the start)
+    spec: ModelSpec  # the model's shape, as sizing sees it
+    num_parameters: int  # for the weights' bytes (the levers leave them unchanged)
+    kv_dtype: str = "fp16"  # storage format of the cache (a name of kvlib.sizing.dtypes.KV_DTYPES)
+    policy: str = "max"  # placement policy of kvlib.serving.placement ("max": reserve the maximum length)
+    prefix_caching: bool = False  # whether a shared prompt prefix is stored once (paged only)
+    state_bytes: int = 0  # fixed per-sequence state (Mamba layers), not growing with the context
+    factor: Fraction = Fraction(1)  # this lever's factor on the bytes of one token
+    hypothetical: bool = False  # True once a lever changed the architecture (no such trained model)
 
     @property
     def bytes_per_token(self) -> int:
+        """KV bytes one more token adds (:func:`kvlib.sizing.spec.bytes_per_token`)."""
         return bytes_per_token(self.spec, self.kv_dtype)
 
     def sequence_bytes(self, context: int) -> int:
@@ -244,7 +250,7 @@ def variant_kv_budget(
     """Blocks of KV cache a variant leaves on ``gpu``: (memory x fraction - fp16 weights - the fixed
     states of the ``max_num_seqs`` sequences that may run at once) / bytes per block.
 
-    Chapter 4's :func:`kvlib.serving_measure.variant_kv_budget`, generalised to any variant and GPU."""
+    Chapter 4's :func:`kvlib.serving.gpu_model.kv_budget`, generalised to any variant and GPU."""
     weights = weight_bytes(variant.num_parameters, "fp16")
     kv = int(gpu.memory_bytes * memory_fraction) - weights - max_num_seqs * variant.state_bytes
     per_token = variant.bytes_per_token
@@ -259,14 +265,15 @@ def variant_max_batch(
     variant: Variant, context: int, gpu: GPU = A100_40GB, memory_fraction: float = MEMORY_FRACTION
 ) -> int:
     """Sequences of ``context`` tokens (cache and state each) that fit beside the fp16 weights:
-    :func:`kvlib.sizing.variant_max_batch` with the per-sequence state added."""
+    :func:`kvlib.sizing.capacity.max_batch` with the per-sequence state added."""
     free = free_bytes(int(gpu.memory_bytes * memory_fraction), weight_bytes(variant.num_parameters, "fp16"))
     return max(0, free // variant.sequence_bytes(context))
 
 
 def variant_step_model(variant: Variant, gpu: GPU = A100_40GB) -> StepTimeModel:
-    """The variant's step on ``gpu`` by chapter 4's roofline (:func:`kvlib.serving_measure.variant_step_model`,
-    the book's one A100 model): its parameters, its bytes per cached token, and its fixed state per sequence."""
+    """The variant's step on ``gpu`` by chapter 4's roofline (:func:`kvlib.serving.gpu_model.roofline_step`,
+    the book's one GPU model): its parameters, its bytes per cached token, and its fixed state per
+    sequence."""
     return roofline_step(
         variant.num_parameters, variant.bytes_per_token, variant.state_bytes, gpu, variant.name
     )
@@ -286,7 +293,8 @@ def chain_trace(
 
 
 def serve(variant: Variant, requests: list[Request], max_len: int = 4096, gpu: GPU = A100_40GB) -> RunResult:
-    """Serve ``requests`` with the variant's placement, in the KV budget it leaves on ``gpu``, timed by its roofline on that GPU."""
+    """Serve ``requests`` with the variant's placement, in the KV budget it leaves on ``gpu``, timed
+    by its roofline on that GPU (chapter 4's simulator)."""
     budget = variant_kv_budget(variant, gpu)
     return simulate(
         requests,
@@ -317,7 +325,7 @@ def chain_table(
 ) -> list[dict]:
     """One row per step: bytes per token and per sequence, the factors, capacity, and the simulated server."""
     rows, base = [], runs[0].tokens_per_s
-    for i, (variant, run, total) in enumerate(zip(chain, runs, cumulative_factors(chain))):
+    for i, (variant, run, total) in enumerate(zip(chain, runs, cumulative_factors(chain), strict=True)):
         slots_per_seq, share = kv_in_use(run)
         rows.append(
             {

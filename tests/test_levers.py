@@ -25,7 +25,7 @@ SMALL_GPU = gpus.GPU("17 GiB test GPU", 17 * GiB, 1e12, 1e14)  # leaves ~3 GB be
 def test_bytes_per_token_is_the_baseline_times_the_product_of_the_factors(model):
     chain = lv.lever_chain(model)
     base = chain[0].bytes_per_token
-    for variant, total in zip(chain, lv.cumulative_factors(chain)):
+    for variant, total in zip(chain, lv.cumulative_factors(chain), strict=True):
         assert variant.bytes_per_token == base * total  # exact: Fraction == int
     assert [v.lever for v in chain[1:]] == list(lv.LEVERS)
 
