@@ -1,4 +1,8 @@
-"""Running out of KV-cache memory, reproduced small and planned large (the troubleshooting page).
+"""Running out of KV-cache memory, and decoding that slows with the context (the troubleshooting page).
+
+The experiments of ``book/06_troubleshooting.ipynb``, the page after chapter 5. It reuses
+the earlier chapters' pieces (chapter 1's model, chapter 2's decode setup, chapter 3's paged
+cache) to reproduce two problems a reader may meet and to say what to expect of them.
 
 A server that adds sequences to a batch adds caches, and the caches grow linearly with the
 batch and the context until the memory set aside for them is gone. This module shows both
@@ -49,9 +53,11 @@ class BatchOutcome:
 
     @property
     def ran(self) -> bool:
+        """Whether every request of the batch finished."""
         return self.error is None
 
     def row(self) -> dict:
+        """The outcome as one row of the page's table."""
         outcome = f"ran in a pool of {self.pool_bytes:,} bytes" if self.ran else f"refused: {self.error}"
         return {"batch": self.batch, "blocks in budget": self.num_blocks, "outcome": outcome}
 
@@ -145,6 +151,7 @@ class GrowthRun:
     steps: tuple[DecodeMeasurement, ...]
 
     def step(self, num_kv_heads: int, context: int) -> DecodeMeasurement:
+        """The measured step with ``num_kv_heads`` KV heads at ``context`` tokens."""
         for m in self.steps:
             if (m.num_kv_heads, m.context) == (num_kv_heads, context):
                 return m
@@ -163,6 +170,7 @@ class GrowthRun:
         return round_median(lambda a, b: a / b, mha.timing, fewer.timing)
 
     def rows(self) -> list[dict]:
+        """One row per measured step: its K+V against the LLC, its fastest time and its bandwidth."""
         return [
             {
                 "KV heads": m.num_kv_heads,
@@ -183,7 +191,7 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
     (:func:`kvlib.measure.time_interleaved`) on the setup's threads, after the DRAM
     probe at the same thread count.
 
-    Half the longest context is there because :func:`kvlib.decode.decode_setup` makes the
+    Half the longest context is there because :func:`kvlib.cache.decode_speed.decode_setup` makes the
     longest hold at least twice :func:`kvlib.measure.dram_bytes`: so MHA's K+V at half of it
     is at least four times the LLC on every machine, and the growth between the two is the
     growth of two steps read from DRAM. Interleaving needs every cache at once, so all of
@@ -200,13 +208,16 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
     available = available_memory_bytes(setup.device)
     if needed > available // 2:
         raise KVLibError(
-            f"the decode caches need {needed / 2**30:.1f} GiB, over half the {available / 2**30:.1f} GiB available"
+            f"the decode caches need {needed / 2**30:.1f} GiB, "
+            f"over half the {available / 2**30:.1f} GiB available"
         )
     probe = probe_bandwidth(setup)
     generator = torch.Generator(setup.device).manual_seed(0)
-    uniform = lambda *shape: torch.empty(shape, device=setup.device, dtype=setup.dtype).uniform_(
-        -1, 1, generator=generator
-    )  # noqa: E731
+
+    def uniform(*shape: int) -> torch.Tensor:
+        """A seeded tensor of ``shape``, uniform in [-1, 1), drawn from the one generator."""
+        return torch.empty(shape, device=setup.device, dtype=setup.dtype).uniform_(-1, 1, generator=generator)
+
     k_memory, v_memory = uniform(numel), uniform(numel)
     q = uniform(setup.batch, setup.num_heads, 1, setup.head_dim)
 

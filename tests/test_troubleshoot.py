@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from kvlib import KVLibError, sizing
-from kvlib.units import GiB
 from kvlib.cache.contiguous import kv_bytes_per_token
 from kvlib.cache.decode_speed import DecodeMeasurement, DecodeSetup
 from kvlib.measure.probes import Bandwidth, memory_bandwidth
@@ -28,6 +27,7 @@ from kvlib.troubleshoot import (
     measure_growth,
     requests_that_fit,
 )
+from kvlib.units import GiB
 
 SMALL = dict(vocab_size=97, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4, d_ff=96, max_seq_len=256)
 
