@@ -1,21 +1,12 @@
-"""Where each request's KV cache goes under a fixed budget of token slots (chapter 4).
+"""Contiguous allocators for the reservation policies of chapter 4: buddy and first fit.
 
-Four placement policies share one budget:
-
-- ``max``: reserve, contiguously, the model's maximum length (2,048) for every request;
-- ``pow2``: reserve the next power of two of the request's true total length;
-- ``oracle``: reserve exactly the true total length (nobody knows it in practice);
-- ``paged``: blocks of 16 slots from a :class:`~kvlib.paged.BlockManager`, one more block
-  only when the last is full.
-
-These are the vLLM paper's Orca-Max, Orca-Pow2, Orca-Oracle and vLLM. The paper built its
-own Orca and assumed that it places each reservation with the buddy allocation algorithm
-(Kwon et al. 2023, Section 6.1); :class:`BuddyAllocator` does that, so every reservation
-occupies a block of a power-of-two size. :class:`ContiguousAllocator` (first fit, no
-rounding) is kept to show what the allocator itself costs. Every memory answers the
-scheduler of :mod:`kvlib.serving` in the same words: ``admit`` a request, ``append`` a slot
-for its newest token (``paged`` may say no), ``release`` it, and ``breakdown``: where every
-slot of the budget is.
+The reservation policies of :mod:`kvlib.serving.placement` (``max``, ``pow2``,
+``oracle``) give each request one contiguous range of token slots. The vLLM paper assumes
+its Orca baselines place them with the buddy allocation algorithm (Kwon et al. 2023,
+Section 6.1): :class:`BuddyAllocator` does that, so every reservation occupies a block of
+a power-of-two size. :class:`ContiguousAllocator` (first fit, no rounding) shows what the
+allocator itself costs. Both answer in the same words: ``allocate`` a range (its start,
+or ``None``), ``free`` it, its ``footprint`` and the ``largest_gap`` left.
 """
 
 from __future__ import annotations
@@ -37,7 +28,7 @@ class ContiguousAllocator:
 
     def __init__(self, num_slots: int):
         self.num_slots = num_slots
-        self.gaps: list[tuple[int, int]] = [(0, num_slots)]
+        self.gaps: list[tuple[int, int]] = [(0, num_slots)]  # (start, size) of each free range, sorted
 
     @staticmethod
     def footprint(size: int) -> int:
@@ -46,10 +37,12 @@ class ContiguousAllocator:
 
     @property
     def num_free(self) -> int:
+        """Free slots, over all gaps."""
         return sum(size for _, size in self.gaps)
 
     @property
     def largest_gap(self) -> int:
+        """The largest range that ``allocate`` can place now."""
         return max((size for _, size in self.gaps), default=0)
 
     def allocate(self, size: int) -> int | None:
@@ -61,6 +54,7 @@ class ContiguousAllocator:
         return None
 
     def free(self, start: int, size: int) -> None:
+        """Give back the range of ``size`` slots at ``start``, merged with the free gaps beside it."""
         i = bisect.bisect(self.gaps, (start, size))
         if i > 0 and self.gaps[i - 1][0] + self.gaps[i - 1][1] == start:  # merge with the gap before
             i -= 1
@@ -102,10 +96,12 @@ class BuddyAllocator:
 
     @property
     def num_free(self) -> int:
+        """Free slots, over all free blocks."""
         return sum(len(starts) << order for order, starts in self.free_blocks.items())
 
     @property
     def largest_gap(self) -> int:
+        """The largest free block: the largest footprint ``allocate`` can place now."""
         return max((1 << order for order, starts in self.free_blocks.items() if starts), default=0)
 
     def allocate(self, size: int) -> int | None:
@@ -123,6 +119,7 @@ class BuddyAllocator:
         return start
 
     def free(self, start: int, size: int) -> None:
+        """Give back the block of a range of ``size`` slots at ``start``, merged with its free buddies."""
         order = (size - 1).bit_length()
         region = self.region_starts[bisect.bisect(self.region_starts, start) - 1]
         while order < self.region_orders[region]:

@@ -1,14 +1,14 @@
-"""Experiments of chapter 4: the KV budget of the vLLM paper's setup, the four policies on one
-trace, step-time regimes, latency against request rate, and ``bench()`` for
-``python -m kvlib bench``.
+"""A GPU from its data sheet (chapters 4 and 5): the KV budget a model leaves on it, its ideal step time.
 
-The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our simulations
-use the KV budget that setup leaves (:func:`kv_budget`), the lengths of its traces
-(:mod:`kvlib.traces`), and a step-time model measured on this machine
-(:func:`kvlib.engine.calibrate`). :func:`roofline_step` estimates the A100's step times
-from its data sheet instead, so that both regimes can be set side by side; it is the one
-A100 model of the book (chapter 5's :func:`kvlib.levers.roofline_step` applies it to each
-variant of its lever chain).
+The vLLM paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023; the data
+sheets are in :mod:`kvlib.gpus`). :func:`kv_budget` turns a catalog model (chapter 2's
+byte formulas, :mod:`kvlib.sizing`) into the KV blocks such a GPU leaves beside its
+weights: chapter 4 simulates in that budget. :func:`roofline_step` estimates a step's
+time on the GPU from its data sheet, as a :class:`~kvlib.serving.step_time.StepTimeModel`,
+so that the A100's regime can be set beside the one measured on this machine; it is the
+book's one GPU model: chapter 5's :func:`kvlib.levers.variant_step_model` applies it to
+each variant of its lever chain, and :func:`kvlib.levers.variant_kv_budget` generalises
+:func:`kv_budget`.
 """
 
 from __future__ import annotations
@@ -28,16 +28,17 @@ from kvlib.units import GiB
 class KVBudget:
     """How many KV blocks a model leaves on one GPU: (memory x fraction - weights) / bytes per block."""
 
-    model: str
-    gpu_bytes: int
-    weight_bytes: int
-    kv_bytes: int
-    bytes_per_token: int
-    block_size: int
-    num_blocks: int
+    model: str  # the model's (or the lever chain's variant's) name
+    gpu_bytes: int  # memory of the GPU
+    weight_bytes: int  # its fp16 weights
+    kv_bytes: int  # what is left for the KV cache: gpu_bytes x memory fraction - weights (- fixed states)
+    bytes_per_token: int  # K/V bytes of one cached token, over all layers
+    block_size: int  # tokens per KV block
+    num_blocks: int  # whole blocks that fit in kv_bytes
 
     @property
     def num_slots(self) -> int:
+        """Token slots of the budget: whole blocks x block size."""
         return self.num_blocks * self.block_size
 
 
@@ -92,6 +93,7 @@ def roofline_step(
 
 
 def roofline_step_model(model: str = "OPT-13B", gpu: GPU = A100_40GB) -> StepTimeModel:
-    """:func:`roofline_step` of a catalog model with its fp16 cache (chapter 4: OPT-13B on the paper's A100)."""
+    """:func:`roofline_step` of a catalog model with its fp16 cache (chapter 4: OPT-13B on the
+    paper's A100)."""
     entry = catalog_entry(model)
     return roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=gpu, name=model)

@@ -1,14 +1,14 @@
-"""Experiments of chapter 4: the KV budget of the vLLM paper's setup, the four policies on one
-trace, step-time regimes, latency against request rate, and ``bench()`` for
-``python -m kvlib bench``.
+"""Chapter 4's experiments: the four placement policies on one trace, their memory and
+throughput, step-time regimes, the watermark, latency against request rate, the engine's
+small model, and ``bench()`` for ``python -m kvlib bench``.
 
-The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our simulations
-use the KV budget that setup leaves (:func:`kv_budget`), the lengths of its traces
-(:mod:`kvlib.traces`), and a step-time model measured on this machine
-(:func:`kvlib.engine.calibrate`). :func:`roofline_step` estimates the A100's step times
-from its data sheet instead, so that both regimes can be set side by side; it is the one
-A100 model of the book (chapter 5's :func:`kvlib.levers.roofline_step` applies it to each
-variant of its lever chain).
+The vLLM paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our
+simulations (:func:`kvlib.serving.simulator.simulate`) use the KV budget that setup
+leaves (:func:`kvlib.serving.gpu_model.kv_budget`), the lengths of its traces
+(:mod:`kvlib.serving.traces`), and a step-time model measured on this machine
+(:func:`kvlib.serving.calibration.calibrate`) or estimated from the A100's data sheet
+(:func:`kvlib.serving.gpu_model.roofline_step_model`), so that both regimes can be set
+side by side. The ``PAPER_*`` constants are the paper's figures the chapter compares with.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def serve_policies(
 
 
 def memory_table(runs: dict[str, RunResult]) -> list[dict]:
-    """Per policy: the budget's time-averaged share in each category (%) while requests wait, and the batch."""
+    """Per policy: the budget's time-averaged share in each category (%) while requests wait, and
+    the batch."""
     rows = []
     for policy, run in runs.items():
         shares = run.memory_shares()
@@ -95,7 +96,8 @@ def with_fixed_share(
 ) -> StepTimeModel:
     """The step model with its per-sequence and per-context-token costs scaled so that a decode
     step of ``num_seqs`` sequences reading ``context_tokens`` spends ``share`` of its time on the
-    fixed part. Prefill keeps its measured cost. ``share = 1``: decode steps cost the same whatever the batch."""
+    fixed part. Prefill keeps its measured cost. ``share = 1``: decode steps cost the same
+    whatever the batch."""
     if not 0 < share <= 1:
         raise KVLibError(f"the fixed share must be in (0, 1], not {share}")
     variable = step_model.per_seq_s * num_seqs + step_model.per_context_s * context_tokens
@@ -134,7 +136,7 @@ def share_needed(curve: list[dict], policy: str, ratio: float) -> float | None:
     """Smallest fixed share of a decode step at which paged's throughput reaches ``ratio`` times
     ``policy``'s on a :func:`regime_curve` (interpolated between its points); ``None`` if it never does."""
     points = [(row["fixed share"], row[f"paged / {policy}"]) for row in curve]
-    for (s0, r0), (s1, r1) in zip(points, points[1:]):
+    for (s0, r0), (s1, r1) in zip(points, points[1:], strict=False):  # each point and the next
         if r0 >= ratio:
             return s0
         if r1 >= ratio:
@@ -223,7 +225,8 @@ def latency_curve(
     seed: int = 1,
     progress: bool = True,
 ) -> list[dict]:
-    """Normalised latency (s per output token) and throughput at each request rate, per policy (Poisson arrivals)."""
+    """Normalised latency (s per output token) and throughput at each request rate, per policy
+    (Poisson arrivals)."""
     work = [(p, rate) for p in policies for rate in rates[p]]
     rows = []
     for policy, rate in tqdm(work, desc=f"{spec.name}: latency vs rate", disable=not progress):

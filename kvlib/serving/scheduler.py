@@ -109,7 +109,7 @@ class Scheduler:
         return plan
 
     def _grow_running(self) -> list[SeqState]:
-        """Step 2 of :meth:`schedule`: a slot for each running request's newest token, preempting the youngest."""
+        """Step 2 of :meth:`schedule`: a slot for each running request's newest token (or preemptions)."""
         decodes, preempted = [], set()
         for seq in list(self.running):
             if seq.seq_id in preempted:
@@ -126,7 +126,7 @@ class Scheduler:
         return decodes
 
     def _admit_waiting(self) -> list[tuple[SeqState, int]]:
-        """Step 3 of :meth:`schedule`: queued requests in order while the step's limits and the memory allow."""
+        """Step 3 of :meth:`schedule`: queued requests, in order, while the limits and the memory allow."""
         prefills, budget = [], self.config.max_prefill_tokens
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]

@@ -1,16 +1,14 @@
-"""A fast serving simulator: the scheduler of :mod:`kvlib.serving` with a step-time model
-instead of a model (chapter 4).
+"""The fast serving simulator of chapter 4: the scheduler driven by a step-time model instead of a model.
 
-Every step of a real engine runs one forward pass over the sequences the scheduler
-picked. :class:`StepTimeModel` predicts its duration from what it computes,
-
-    t_step = fixed_s + per_seq_s x sequences + per_context_s x context tokens read
-             + per_prefill_s x prompt tokens prefilled,
-
-with constants fitted to measured steps of ``kvlib.model`` (:func:`kvlib.engine.calibrate`).
-:func:`simulate` then serves thousands of requests in seconds and records, at every step,
-where each slot of the KV budget is (:data:`kvlib.serving.CATEGORIES`) and how many
-sequences run. :class:`RunResult` turns the records into the chapter's numbers.
+A real engine (:func:`kvlib.serving.engine.run_engine`) runs one forward pass per step
+over the sequences the :class:`~kvlib.serving.scheduler.Scheduler` picked.
+:func:`simulate` runs the same scheduler and the same memory policies
+(:mod:`kvlib.serving.placement`), but advances its clock by what a
+:class:`~kvlib.serving.step_time.StepTimeModel` predicts for each step's plan, and
+generates placeholder tokens: only lengths and timing matter. It serves thousands of
+requests in seconds and returns a :class:`~kvlib.serving.results.RunResult`, with, at
+every step, where each slot of the KV budget is (:data:`~kvlib.serving.types.CATEGORIES`)
+and how many sequences run.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ def simulate(
     step_model: StepTimeModel,
     max_len: int = 2048,
     block_size: int = 16,
-    config: SchedulerConfig = SchedulerConfig(),
+    config: SchedulerConfig | None = None,
     enable_prefix_caching: bool = False,
     allocator: str = "buddy",
     watermark: float = 0.01,
@@ -40,7 +38,8 @@ def simulate(
     Every request completes (requests are never dropped); tokens are placeholders (0),
     since only lengths and timing matter here. ``allocator`` places the reservations of
     ``max``, ``pow2`` and ``oracle``; ``watermark`` is the share of blocks ``paged`` keeps
-    free at admission (see :func:`kvlib.placement.make_memory`).
+    free at admission (see :func:`kvlib.serving.placement.make_memory`). ``config``: the
+    scheduler's step limits (default :class:`SchedulerConfig`'s).
     """
     if not requests:
         raise KVLibError("simulate needs at least one request")
@@ -56,7 +55,7 @@ def simulate(
         allocator=allocator,
         watermark=watermark,
     )
-    scheduler = Scheduler(memory, requests, config)
+    scheduler = Scheduler(memory, requests, SchedulerConfig() if config is None else config)
     now, durations = 0.0, []
     while scheduler.has_work():
         if not scheduler.running and not scheduler.waiting:

@@ -1,16 +1,15 @@
-"""A fast serving simulator: the scheduler of :mod:`kvlib.serving` with a step-time model
-instead of a model (chapter 4).
+"""How long one serving step takes (chapter 4): :class:`StepTimeModel` and its fit to measured steps.
 
 Every step of a real engine runs one forward pass over the sequences the scheduler
 picked. :class:`StepTimeModel` predicts its duration from what it computes,
 
     t_step = fixed_s + per_seq_s x sequences + per_context_s x context tokens read
-             + per_prefill_s x prompt tokens prefilled,
+             + per_prefill_s x prompt tokens prefilled.
 
-with constants fitted to measured steps of ``kvlib.model`` (:func:`kvlib.engine.calibrate`).
-:func:`simulate` then serves thousands of requests in seconds and records, at every step,
-where each slot of the KV budget is (:data:`kvlib.serving.CATEGORIES`) and how many
-sequences run. :class:`RunResult` turns the records into the chapter's numbers.
+The simulator (:func:`kvlib.serving.simulator.simulate`) uses it as its clock.
+:func:`fit_step_time` fits the constants to measured steps of :mod:`kvlib.model`
+(:func:`kvlib.serving.calibration.calibrate` measures them);
+:func:`kvlib.serving.gpu_model.roofline_step` derives them from a GPU's data sheet instead.
 """
 
 from __future__ import annotations
@@ -22,20 +21,22 @@ import numpy as np
 from kvlib import KVLibError
 from kvlib.serving.types import StepPlan
 
-TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")
+TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")  # StepTimeModel's constants, in order
 
 
 @dataclass(frozen=True)
 class StepTimeModel:
-    """Seconds of one step: a fixed part plus parts per sequence, per context token read and per prompt token."""
+    """Seconds of one step: a fixed part, plus parts per sequence, per context token read and
+    per prompt token prefilled."""
 
-    fixed_s: float
-    per_seq_s: float
-    per_context_s: float
-    per_prefill_s: float
-    source: str = ""
+    fixed_s: float  # seconds every step takes (reading the weights, launching the kernels)
+    per_seq_s: float  # seconds per sequence computed
+    per_context_s: float  # seconds per cached token a decoding sequence reads
+    per_prefill_s: float  # seconds per prompt token prefilled
+    source: str = ""  # where the constants come from (a calibration, a data sheet)
 
     def predict(self, num_seqs, num_context_tokens, num_prefill_tokens):
+        """Seconds of steps with these counts (numbers or arrays of one shape: one step each)."""
         return (
             self.fixed_s
             + self.per_seq_s * np.asarray(num_seqs)
@@ -53,7 +54,7 @@ class StepTimeModel:
         )
 
     def fixed_share(self, num_seqs: int, num_context_tokens: int) -> float:
-        """Share of a decode step that does not depend on the batch: near 1 means bigger batches are almost free."""
+        """Share of a decode step that does not grow with the batch (near 1: bigger batches are free)."""
         return self.fixed_s / float(self.predict(num_seqs, num_context_tokens, 0))
 
 
@@ -82,5 +83,5 @@ def fit_step_time(
         if coef.min() >= 0 or len(active) == 1:
             break
         del active[int(np.argmin(coef))]
-    values = dict.fromkeys(range(4), 0.0) | {i: max(0.0, float(c)) for i, c in zip(active, coef)}
+    values = dict.fromkeys(range(4), 0.0) | {i: max(0.0, float(c)) for i, c in zip(active, coef, strict=True)}
     return StepTimeModel(*(values[i] for i in range(4)), source=source)

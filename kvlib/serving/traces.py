@@ -31,8 +31,8 @@ class TraceSpec:
     """Length distribution of a trace: target means after clipping, spread, maximum length."""
 
     name: str
-    mean_input: float
-    mean_output: float
+    mean_input: float  # mean prompt length after clipping (tokens)
+    mean_output: float  # mean output length after clipping (tokens)
     sigma: float = 1.0  # standard deviation of log(length), for prompts and outputs alike
     max_len: int = 2048  # prompt + output
     source: str = ""
@@ -47,21 +47,28 @@ class TraceSpec:
             or not 1 <= self.mean_output < self.max_len - self.mean_input
         ):
             raise KVLibError(
-                f"trace {self.name!r}: means {self.mean_input}, {self.mean_output} do not fit in max_len {self.max_len}"
+                f"trace {self.name!r}: means {self.mean_input}, {self.mean_output} "
+                f"do not fit in max_len {self.max_len}"
             )
 
     @cached_property
     def mu_input(self) -> float:
+        """Location of the prompts' log-normal, solved so that the clipped mean is ``mean_input``."""
         return _solve_mu(
             lambda mu: clipped_lognormal_mean(mu, self.sigma, 1, self.max_len - 1), self.mean_input
         )
 
     @cached_property
     def mu_output(self) -> float:
+        """Location of the outputs' log-normal: the clipped mean, averaged over the prompt lengths
+        (each output is clipped to what its prompt leaves), is ``mean_output``."""
         inputs = self._input_quantiles()
-        mean = lambda mu: float(
-            np.mean([clipped_lognormal_mean(mu, self.sigma, 1, self.max_len - x) for x in inputs])
-        )  # noqa: E731
+
+        def mean(mu: float) -> float:
+            return float(
+                np.mean([clipped_lognormal_mean(mu, self.sigma, 1, self.max_len - x) for x in inputs])
+            )
+
         return _solve_mu(mean, self.mean_output)
 
     def _input_quantiles(self, num: int = 256) -> np.ndarray:
@@ -137,17 +144,19 @@ class Request:
     which the paper also grants this knowledge), not to the ``max`` and ``paged`` policies.
     """
 
-    req_id: int
-    arrival_s: float
-    prompt: tuple[int, ...] = field(repr=False)
-    output_len: int
+    req_id: int  # its position in the trace, and its sequence id in the server
+    arrival_s: float  # seconds after the trace starts
+    prompt: tuple[int, ...] = field(repr=False)  # token ids
+    output_len: int  # tokens it generates
 
     @property
     def prompt_len(self) -> int:
+        """Tokens of the prompt."""
         return len(self.prompt)
 
     @property
     def total_len(self) -> int:
+        """Prompt plus output: the slots the request fills when it finishes."""
         return len(self.prompt) + self.output_len
 
 
@@ -159,7 +168,8 @@ def make_trace(
     vocab_size: int = 512,
     system_prompt: tuple[int, ...] = (),
 ) -> list[Request]:
-    """``num_requests`` requests of ``spec`` arriving at ``rate`` requests per second (Poisson; ``inf``: all at 0).
+    """``num_requests`` requests of ``spec`` arriving at ``rate`` requests per second (Poisson;
+    ``inf``: all at time 0).
 
     Prompt token ids are seeded random integers below ``vocab_size``. A ``system_prompt`` is
     put in front of every prompt, which makes it longer (outputs are shortened if the total
@@ -172,7 +182,7 @@ def make_trace(
     gaps = np.zeros(num_requests) if math.isinf(rate) else rng.exponential(1.0 / rate, num_requests)
     arrivals = np.cumsum(gaps) - gaps[0]  # the first request arrives at time 0
     requests = []
-    for i, (n_in, n_out, at) in enumerate(zip(inputs, outputs, arrivals)):
+    for i, (n_in, n_out, at) in enumerate(zip(inputs, outputs, arrivals, strict=True)):
         prompt = tuple(system_prompt) + tuple(rng.integers(0, vocab_size, int(n_in)).tolist())
         if len(prompt) >= spec.max_len:
             raise KVLibError(

@@ -33,7 +33,8 @@ def test_the_roofline_step_reads_weights_and_cache_and_computes_each_token_at_th
     )  # 2 FLOPs per parameter per token: 82.4 µs
     assert step.per_context_s == pytest.approx(819_200 / 1.555e12)  # 0.527 µs per cached token
     assert step.per_prefill_s == step.per_seq_s
-    # paged's operating point in chapter 4: 16.53 / (16.53 + 30 x 0.0824 + 15,000 x 0.000527) ms = 16.53 / 26.91
+    # paged's operating point in chapter 4:
+    # 16.53 / (16.53 + 30 x 0.0824 + 15,000 x 0.000527) ms = 16.53 / 26.91
     assert step.fixed_share(30, 15_000) == pytest.approx(16.532 / (16.532 + 2.472 + 7.902), abs=1e-3)
 
 
@@ -140,7 +141,7 @@ def test_cap_table_finds_the_steps_where_the_cap_binds(runs):
     (row,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=runs["paged"].largest_batch)
     assert (
         row["largest batch"] == runs["paged"].largest_batch
-        and row["steps at the cap of %d (%%)" % row["largest batch"]] > 0
+        and row[f"steps at the cap of {row['largest batch']} (%)"] > 0
     )
     (never,) = sm.cap_table({"ShareGPT-like": runs["paged"]}, max_num_seqs=10_000)
     assert never["steps at the cap of 10000 (%)"] == 0 and never["budget free at the cap (%)"] == 0

@@ -79,10 +79,12 @@ def test_allocator_never_overlaps_and_keeps_gaps_merged(ops):
         else:
             alloc.free(*placed.pop(size % len(placed)))
         used = sorted(placed)
-        assert all(s1 + n1 <= s2 for (s1, n1), (s2, _) in zip(used, used[1:]))  # reservations never overlap
+        assert all(
+            s1 + n1 <= s2 for (s1, n1), (s2, _) in zip(used, used[1:], strict=False)
+        )  # reservations never overlap
         assert alloc.num_free == 200 - sum(n for _, n in placed)
         assert all(
-            s1 + n1 < s2 for (s1, n1), (s2, _) in zip(alloc.gaps, alloc.gaps[1:])
+            s1 + n1 < s2 for (s1, n1), (s2, _) in zip(alloc.gaps, alloc.gaps[1:], strict=False)
         )  # sorted, never adjacent
         for start, size in placed:
             assert all(start + size <= g or g + n <= start for g, n in alloc.gaps)
@@ -146,7 +148,7 @@ def test_buddy_blocks_never_overlap_and_stay_aligned(num_slots, ops):
             start, _, size = placed.pop(size % len(placed))
             alloc.free(start, size)
         used = sorted(placed)
-        assert all(s1 + n1 <= s2 for (s1, n1, _), (s2, _, _) in zip(used, used[1:]))
+        assert all(s1 + n1 <= s2 for (s1, n1, _), (s2, _, _) in zip(used, used[1:], strict=False))
         assert all(start % block == 0 and start + block <= num_slots for start, block, _ in placed)
         assert alloc.num_free == num_slots - sum(block for _, block, _ in placed)
     for start, _, size in placed:

@@ -81,7 +81,9 @@ def test_a_system_prompt_goes_in_front_of_every_prompt():
     system = tuple(range(100, 140))
     plain = make_trace(ALPACA, 50, math.inf, seed=4)
     with_system = make_trace(ALPACA, 50, math.inf, seed=4, system_prompt=system)
-    assert all(r.prompt[:40] == system and r.prompt[40:] == p.prompt for r, p in zip(with_system, plain))
+    assert all(
+        r.prompt[:40] == system and r.prompt[40:] == p.prompt for r, p in zip(with_system, plain, strict=True)
+    )
 
 
 @pytest.mark.parametrize(
