@@ -1,3 +1,5 @@
+"""``python -m kvlib``: runs :func:`kvlib.cli.main` and exits with its status."""
+
 import sys
 
 from kvlib.cli import main

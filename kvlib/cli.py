@@ -1,6 +1,12 @@
 """The ``python -m kvlib`` command line: ``env``, ``bench`` and the chapters' tools.
 
-Bad input never ends in a traceback: argument errors and :class:`kvlib.KVLibError`
+- ``env``: the hardware report every measuring chapter prints first (chapter 0).
+- ``bench``: each chapter's benchmark (chapters 0 to 4, :data:`BENCH_MODULES`), as a table or JSON.
+- ``size``: the KV-cache bytes of a catalog model or a ``config.json`` (chapter 2,
+  :mod:`kvlib.sizing.capacity`).
+
+Each command imports what it needs when it runs, so that ``size`` (pure arithmetic) starts
+without loading torch. Bad input never ends in a traceback: argument errors and :class:`kvlib.KVLibError`
 print one line ``kvlib: error: ...`` on stderr and exit with status 2.
 """
 
@@ -74,6 +80,7 @@ def _cmd_size(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m kvlib`` and its three subcommands."""
     parser = _Parser(prog="python -m kvlib", description="Tools and benchmarks of the kvbook library.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
@@ -99,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command (``argv``: the arguments after ``python -m kvlib``); returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

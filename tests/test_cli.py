@@ -1,3 +1,6 @@
+"""python -m kvlib env and bench: the hardware banner and its JSON, the LLC override, the bench's
+numeric JSON, and one-line errors with exit status 2 for bad input."""
+
 import json
 import subprocess
 import sys
