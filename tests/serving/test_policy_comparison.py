@@ -1,5 +1,5 @@
-"""Chapter 4's experiment helpers (kvlib.serving_measure): the paper's KV budget, the A100
-roofline step, step-time regimes and throughput ratios."""
+"""Chapter 4's experiment helpers (kvlib.serving.policy_comparison, kvlib.serving.gpu_model): the
+paper's KV budget, the A100 roofline step, step-time regimes and throughput ratios."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Seeded request traces (kvlib.traces): log-normal lengths whose clipped means match the
+"""Seeded request traces (kvlib.serving.traces): log-normal lengths whose clipped means match the
 vLLM paper's, clipped to the maximum length, and Poisson arrivals."""
 
 import math
