@@ -1,5 +1,14 @@
-"""Measurements of chapter 3: paged vs contiguous attention (equality and time), the memory
-that contiguous reservation wastes, and ``bench()`` for ``python -m kvlib bench``.
+"""Chapter 3's measurements of the paged kernel: equality with contiguous attention, and its cost.
+
+- :func:`random_decode_case` and :func:`paged_vs_contiguous_error`: a batch stored both
+  contiguously and in shuffled blocks, and the largest difference between the two attentions;
+- :func:`kernel_sizes`, :func:`timing_case` and :func:`time_decode_attention`: the decode
+  step of attention timed contiguous, gather alone and paged, at sizes whose K/V come from DRAM;
+- :func:`tokens_identical`: the model generates the same tokens on the paged cache
+  (:func:`kvlib.paged.generation.generate_paged`) as on the contiguous one;
+- ``bench()`` for ``python -m kvlib bench``.
+
+:func:`kvlib.plotting.draw_kernel_overhead` draws the timings.
 """
 
 from __future__ import annotations
@@ -79,7 +88,7 @@ def paged_vs_contiguous_error(case: DecodeCase) -> float:
     paged = paged_attention(case.q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens)
     num_new = case.q.shape[2]
     worst = 0.0
-    for seq, (k, v) in enumerate(zip(case.k, case.v)):
+    for seq, (k, v) in enumerate(zip(case.k, case.v, strict=True)):
         reference = grouped_attention(case.q[seq : seq + 1], k, v, q_start=k.shape[2] - num_new)
         worst = max(worst, (paged[seq : seq + 1] - reference).abs().max().item())
     return worst
@@ -192,53 +201,57 @@ def time_decode_attention(
     """
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
-    group = sizes.num_heads // sizes.num_kv_heads
-    rows = []
     with torch.inference_mode(), torch_threads(1 if device.type == "cpu" else None):
-        for length in sizes.lengths:
-            for block_size in block_sizes:
-                q, k_cache, v_cache, tables, seq_lens, k, v = timing_case(
-                    length, block_size, sizes, seed=length + block_size, device=device
-                )
-                del k, v  # the contiguous arithmetic reads the paged kernel's own gather buffers instead
-                q5 = q.view(sizes.batch, sizes.num_kv_heads, group, 1, sizes.head_dim)
-                buffers = (
-                    GatherBuffer(),
-                    GatherBuffer(),
-                    GatherBuffer(),
-                )  # K, V, scores; the gather alone reuses them
-                # K and V gathered into the buffers the paged kernel gathers into (every call writes the same
-                # values there): the arithmetic timed alone reads the very memory, pages and layout it reads
-                k, v = gather_blocks(k_cache, tables, buffers[0]), gather_blocks(v_cache, tables, buffers[1])
-                timings = time_interleaved(
-                    {
-                        "contiguous": lambda: attend_gathered(q5, k, v, None, buffers[2]),
-                        "gather": lambda: (
-                            gather_blocks(k_cache, tables, buffers[0]),
-                            gather_blocks(v_cache, tables, buffers[1]),
-                        ),
-                        "paged": lambda: paged_attention(q, k_cache, v_cache, tables, seq_lens, buffers),
-                    },
-                    rounds=rounds,
-                    device=device,
-                )
-                ms = {name: t.min_s * 1e3 for name, t in timings.items()}
-                parts = timings["paged"], timings["gather"], timings["contiguous"]
-                rows.append(
-                    dict(
-                        length=length,
-                        block_size=block_size,
-                        kv_bytes=sizes.kv_bytes(length),
-                        contiguous_ms=ms["contiguous"],
-                        gather_ms=ms["gather"],
-                        paged_ms=ms["paged"],
-                        ratio=round_median(lambda p, g, c: p / c, *parts),
-                        sum_ratio=round_median(lambda p, g, c: p / (g + c), *parts),
-                        gather_ratio=round_median(lambda p, g, c: g / c, *parts),
-                    )
-                )
-                del q, k_cache, v_cache, k, v, buffers, timings
-    return rows
+        return [
+            _time_one_case(length, block_size, sizes, device, rounds)
+            for length in sizes.lengths
+            for block_size in block_sizes
+        ]
+
+
+def _time_one_case(length: int, block_size: int, sizes: KernelSizes, device, rounds: int) -> dict:
+    """One row of :func:`time_decode_attention`: the three kernels timed on one case.
+
+    Its tensors live only while it runs, so that the next case's fit in memory.
+    """
+    # the contiguous K and V are dropped at once: the contiguous arithmetic reads the paged
+    # kernel's own gather buffers instead
+    q, k_cache, v_cache, tables, seq_lens = timing_case(
+        length, block_size, sizes, seed=length + block_size, device=device
+    )[:5]
+    group = sizes.num_heads // sizes.num_kv_heads
+    q5 = q.view(sizes.batch, sizes.num_kv_heads, group, 1, sizes.head_dim)  # (batch, kv_heads, group, 1, hd)
+    buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())  # K, V, scores; the gather alone reuses them
+    # K and V gathered into the buffers the paged kernel gathers into (every call writes the same
+    # values there): the arithmetic timed alone reads the very memory, pages and layout it reads
+    k = gather_blocks(k_cache, tables, buffers[0])  # (batch, length, kv_heads, head_dim)
+    v = gather_blocks(v_cache, tables, buffers[1])
+
+    def gather():
+        return gather_blocks(k_cache, tables, buffers[0]), gather_blocks(v_cache, tables, buffers[1])
+
+    timings = time_interleaved(
+        {
+            "contiguous": lambda: attend_gathered(q5, k, v, None, buffers[2]),
+            "gather": gather,
+            "paged": lambda: paged_attention(q, k_cache, v_cache, tables, seq_lens, buffers),
+        },
+        rounds=rounds,
+        device=device,
+    )
+    ms = {name: t.min_s * 1e3 for name, t in timings.items()}
+    parts = timings["paged"], timings["gather"], timings["contiguous"]
+    return dict(
+        length=length,
+        block_size=block_size,
+        kv_bytes=sizes.kv_bytes(length),
+        contiguous_ms=ms["contiguous"],
+        gather_ms=ms["gather"],
+        paged_ms=ms["paged"],
+        ratio=round_median(lambda p, g, c: p / c, *parts),
+        sum_ratio=round_median(lambda p, g, c: p / (g + c), *parts),
+        gather_ratio=round_median(lambda p, g, c: g / c, *parts),
+    )
 
 
 def tokens_identical(

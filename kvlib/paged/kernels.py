@@ -1,15 +1,14 @@
-"""Paged attention in PyTorch and a paged KV cache that ``kvlib.model`` runs on (chapter 3).
+"""Paged attention in PyTorch: gather a sequence's blocks through its block table, then attend (chapter 3).
 
-The K/V of every layer live in one preallocated pool per layer, shaped
-``(num_blocks, block_size, num_kv_heads, head_dim)`` as in vLLM. A
-:class:`~kvlib.paged.BlockManager` decides which block holds which token; this module
-writes new K/V through the *slot mapping* and reads them back through the *block tables*.
-
-:func:`paged_attention` is the kernel: it gathers each sequence's blocks in block-table
-order (one copy of the K/V it reads, which vLLM's CUDA kernel avoids by reading the blocks
-in place) and attends with each K/V head shared by its group of query heads, as
-:func:`kvlib.attention.grouped_attention` does for the contiguous cache. Chapter 3 checks
-that both give the same result and measures what the gather costs.
+One layer's K/V pool is shaped ``(num_blocks, block_size, num_kv_heads, head_dim)`` as in
+vLLM. :func:`paged_attention` is the kernel: it gathers each sequence's blocks in
+block-table order (:func:`gather_blocks`: one copy of the K/V it reads, which vLLM's CUDA
+kernel avoids by reading the blocks in place) and attends with each K/V head shared by its
+group of query heads (:func:`attend_gathered`), as :func:`kvlib.model.attention.grouped_attention`
+does for the contiguous cache. :func:`key_mask` hides the keys a query may not see.
+:class:`kvlib.paged.paged_cache.PagedKVCache` calls the kernel in every layer;
+:mod:`kvlib.paged.kernel_overhead` checks that it equals contiguous attention and measures
+what the gather costs.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ class GatherBuffer:
     def view(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         """A contiguous tensor of ``shape`` with ``like``'s dtype and device, backed by the buffer."""
         numel = math.prod(shape)
-        memory = self._memory
+        memory = self._memory  # (capacity,) flat, or None before the first call
         if (
             memory is None
             or memory.numel() < numel
@@ -46,7 +45,7 @@ class GatherBuffer:
             or memory.device != like.device
         ):
             memory = self._memory = torch.empty(numel, dtype=like.dtype, device=like.device)
-        return memory[:numel].view(shape)
+        return memory[:numel].view(shape)  # (capacity,) -> (numel,) -> shape
 
 
 def gather_blocks(
@@ -61,13 +60,14 @@ def gather_blocks(
     """
     batch, max_blocks = block_tables.shape
     _, block_size, num_kv_heads, head_dim = cache.shape
-    index = block_tables.flatten()
+    index = block_tables.flatten()  # (batch * max_blocks,)
     if buffer is None:
         blocks = cache.index_select(0, index)  # (batch * max_blocks, block_size, kv_heads, head_dim)
     else:
-        blocks = torch.index_select(
+        blocks = torch.index_select(  # the same, written into the buffer
             cache, 0, index, out=buffer.view((index.numel(), *cache.shape[1:]), cache)
         )
+    # (batch * max_blocks, block_size, kv_heads, head_dim) -> (batch, max_blocks * block_size, kv_heads, hd)
     return blocks.view(batch, max_blocks * block_size, num_kv_heads, head_dim)
 
 
@@ -81,8 +81,9 @@ def visibility_bias(seq_lens: torch.Tensor, num_new: int, num_keys: int, dtype: 
     """
     device = seq_lens.device
     last_visible = (seq_lens - num_new)[:, None] + torch.arange(num_new, device=device)  # (batch, num_new)
+    # (num_keys,) <= (batch, num_new, 1) -> (batch, num_new, num_keys) bool
     visible = torch.arange(num_keys, device=device) <= last_visible[..., None]
-    return torch.where(
+    return torch.where(  # (batch, num_new, num_keys) of 0 and -inf
         visible,
         torch.zeros((), dtype=dtype, device=device),
         torch.full((), float("-inf"), dtype=dtype, device=device),
@@ -94,9 +95,7 @@ class KeyMask:
     """Which keys the queries of one forward pass see; the same for every layer, so computed once."""
 
     num_keys: int  # keys read per sequence: the longest sequence's length
-    bias: (
-        torch.Tensor | None
-    )  # (batch, num_new, num_keys) from visibility_bias; None: every query sees every key
+    bias: torch.Tensor | None  # (batch, num_new, num_keys) from visibility_bias; None: all keys visible
 
 
 def key_mask(
@@ -105,13 +104,13 @@ def key_mask(
     dtype: torch.dtype = torch.float32,
     lengths: Sequence[int] | None = None,
 ) -> KeyMask:
-    """The :class:`KeyMask` of a batch whose sequences hold ``seq_lens`` tokens, the ``num_new`` newest being queries.
+    """The :class:`KeyMask` of sequences of ``seq_lens`` tokens whose ``num_new`` newest are the queries.
 
     ``lengths``: the same lengths as Python ints, if the caller knows them (saves reading
     ``seq_lens`` back from the device). Single-token steps over sequences of one length
     need no mask at all.
     """
-    lengths = seq_lens.tolist() if lengths is None else lengths
+    lengths = seq_lens.tolist() if lengths is None else lengths  # (batch,) as ints
     num_keys = max(lengths)
     if num_new == 1 and min(lengths) == num_keys:
         return KeyMask(num_keys, None)
@@ -144,6 +143,7 @@ def attend_gathered(
     shape = (num_kv_heads, batch, group * num_new, num_keys)
     scores = q.new_empty(shape) if scores_buffer is None else scores_buffer.view(shape, q)
     for h in range(num_kv_heads):  # scores[h] = q[:, h] @ k[:, :, h]^T / sqrt(head_dim)
+        # (batch, group * new, hd) @ (batch, hd, keys) -> (batch, group * new, keys)
         torch.baddbmm(
             scores[h],
             q[:, h],
@@ -152,13 +152,14 @@ def attend_gathered(
             alpha=1 / math.sqrt(head_dim),
             out=scores[h],
         )
-    if bias is not None:
+    if bias is not None:  # (kv_heads, batch, group, new, keys) += (batch, 1, new, keys)
         scores.view(num_kv_heads, batch, group, num_new, num_keys).add_(bias[:, None])
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(
-        v.dtype
-    )  # float32 softmax, as for 16-bit caches
+    # float32 softmax, as for 16-bit caches: (kv_heads, batch, group * new, keys)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
     out = q.new_empty(num_kv_heads, batch, group * num_new, head_dim)
-    for h in range(num_kv_heads):
+    for h in range(
+        num_kv_heads
+    ):  # (batch, group * new, keys) @ (batch, keys, hd) -> (batch, group * new, hd)
         torch.bmm(weights[h], v[:, :, h], out=out[h])
     return out
 
@@ -194,7 +195,8 @@ def paged_attention(
     num_kv_heads = k_cache.shape[2]
     if not block_tables.shape[0] == seq_lens.shape[0] == batch:
         raise KVLibError(
-            f"batch sizes differ: q {batch}, block_tables {block_tables.shape[0]}, seq_lens {seq_lens.shape[0]}"
+            f"batch sizes differ: q {batch}, block_tables {block_tables.shape[0]}, "
+            f"seq_lens {seq_lens.shape[0]}"
         )
     if num_heads % num_kv_heads or k_cache.shape[3] != head_dim:
         raise KVLibError(
@@ -203,22 +205,24 @@ def paged_attention(
     group = num_heads // num_kv_heads
     mask = key_mask(seq_lens, num_new, q.dtype) if mask is None else mask
     num_keys = mask.num_keys
-    tables = block_tables[:, : ceil_div(num_keys, k_cache.shape[1])]  # no more blocks than the longest needs
-    k_buffer, v_buffer, scores_buffer = (*(buffers or ()), None, None, None)[
-        :3
-    ]  # K, V and, optionally, scores
+    # (batch, blocks the longest sequence needs): no more blocks than that are read
+    tables = block_tables[:, : ceil_div(num_keys, k_cache.shape[1])]
+    k_buffer, v_buffer, scores_buffer = (*(buffers or ()), None, None, None)[:3]  # K, V, optionally scores
     k = gather_blocks(k_cache, tables, k_buffer)[:, :num_keys]  # (batch, keys, kv_heads, head_dim)
-    v = gather_blocks(v_cache, tables, v_buffer)[:, :num_keys]
-    q = q.reshape(batch, num_kv_heads, group, num_new, head_dim)
+    v = gather_blocks(v_cache, tables, v_buffer)[:, :num_keys]  # (batch, keys, kv_heads, head_dim)
+    q = q.reshape(batch, num_kv_heads, group, num_new, head_dim)  # query heads grouped by their K/V head
     if num_new <= QUERY_CHUNK:
         out = attend_gathered(q, k, v, mask.bias, scores_buffer)  # (kv_heads, batch, group * new, head_dim)
+        # -> (batch, kv_heads, group * new, hd) -> (batch, num_heads, new, hd)
         return out.transpose(0, 1).reshape(batch, num_heads, num_new, head_dim)
     out = q.new_empty(batch, num_kv_heads, group, num_new, head_dim)
     for start in range(0, num_new, QUERY_CHUNK):
         end = min(start + QUERY_CHUNK, num_new)
         keys = num_keys - (num_new - end)  # the chunk's last query sees no key past these
-        part = attend_gathered(
+        part = attend_gathered(  # (kv_heads, batch, group * chunk, head_dim)
             q[:, :, :, start:end], k[:, :keys], v[:, :keys], mask.bias[:, start:end, :keys], scores_buffer
         )
+        # (kv_heads, batch, group, chunk, hd) -> (batch, kv_heads, group, chunk, hd)
         out[:, :, :, start:end] = part.view(num_kv_heads, batch, group, end - start, head_dim).transpose(0, 1)
+    # (batch, kv_heads, group, new, hd) -> (batch, num_heads, new, hd)
     return out.view(batch, num_heads, num_new, head_dim)
