@@ -1,4 +1,4 @@
-"""The NumPy reproduction of the article's experiment (kvlib.article)."""
+"""Tests of kvlib.cache.article: the NumPy reproduction of the article's experiment."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""FLOP counts, the step-time fit and the growth exponent (kvlib.costmodel)."""
+"""Tests of kvlib.cache.costmodel: FLOP counts, the step-time fit, the growth exponent, the trap's share."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""Step-by-step decoding (kvlib.generate.Decoder) and the chapter model's safety margin for identical tokens."""
+"""Tests of kvlib.cache.generation: step-by-step decoding (Decoder), bad input named, and the chapter
+model's safety margin for identical tokens."""
 
 import pytest
 import torch
@@ -64,3 +65,16 @@ def test_chapter_model_choices_are_far_from_ties():
     max_diff = (logits_c - logits_n).abs().max().item()
     assert max_diff < 1e-4
     assert min_gap > 1000 * max(max_diff, 1e-7), (min_gap, max_diff)
+
+
+def test_generate_rejects_bad_input():
+    model = TinyLlama(SMALL)
+    prompt = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(KVLibError, match="mode"):
+        generate(model, prompt, 3, mode="fast")
+    with pytest.raises(KVLibError, match="num_new"):
+        generate(model, prompt, 0)
+    with pytest.raises(KVLibError, match="max_seq_len"):
+        generate(model, prompt, 200)
+    with pytest.raises(KVLibError, match="prompt"):
+        generate(model, torch.zeros(4, dtype=torch.long), 3)

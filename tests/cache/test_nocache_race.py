@@ -1,4 +1,4 @@
-"""Chapter 1's measurement helpers (kvlib.nocache): the lockstep race, sampled passes, setups, bench."""
+"""Tests of kvlib.cache.nocache_race: the lockstep race, sampled passes, setups, bench."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,6 @@ import torch
 
 import kvlib.cache.nocache_race as nocache
 from kvlib import KVLibError
-from kvlib.cache.concat_trap import concat_trap, filled_cache, trap_lengths
 from kvlib.cache.contiguous import concat_bytes_copied, kv_bytes_per_token
 from kvlib.cache.nocache_race import (
     Race,
@@ -17,7 +16,6 @@ from kvlib.cache.nocache_race import (
     speedup_table,
     time_passes,
 )
-from kvlib.measure.hardware import dram_bytes
 from kvlib.measure.timing import torch_threads
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
@@ -41,25 +39,6 @@ def test_race_runs_every_mode_to_the_same_tokens():
     assert set(result.cache_bytes["cache"]) == {2 * 21 * kv_bytes_per_token(TINY)}
     assert list(result.cache_bytes["concat"]) == [2 * (s + 1) * kv_bytes_per_token(TINY) for s in range(20)]
     assert result.bytes_copied["concat"][-1] == concat_bytes_copied(TINY, 20, batch_size=2)
-
-
-def test_concat_trap_times_both_caches_and_counts_the_copy():
-    points = concat_trap(TINY, batch=2, lengths=(16, 64), repeats=2, number=2)
-    assert [p.length for p in points] == [16, 64]
-    assert [p.bytes_copied for p in points] == [
-        2 * 17 * kv_bytes_per_token(TINY),
-        2 * 65 * kv_bytes_per_token(TINY),
-    ]
-    assert all(p.preallocated.median_s > 0 and p.ratio > 0 for p in points)
-
-
-def test_filled_caches_hold_the_tokens_without_copying():
-    for kind in ("cache", "concat"):
-        cache = filled_cache(kind, TINY, batch=3, length=40, spare=5)
-        assert cache.length == 40
-    assert cache.bytes_copied == 0 and cache.num_bytes == 3 * 40 * kv_bytes_per_token(TINY)
-    with pytest.raises(KVLibError, match="kind"):
-        filled_cache("paged", TINY, 1, 4)
 
 
 def test_race_totals_and_speedups():
@@ -136,24 +115,6 @@ def test_gpu_batch_grows_with_launch_overhead_and_matmul_rate():
     assert nocache.gpu_batch(nocache.GPU_CONFIG, 100, 1.0, 1e15) == nocache.GPU_MAX_BATCH
     with pytest.raises(KVLibError, match="positive"):
         nocache.gpu_batch(nocache.GPU_CONFIG, 100, 0, 1e9)
-
-
-@pytest.mark.parametrize("llc", [None, "1MiB", "64MiB"])
-def test_trap_lengths_reach_dram_from_the_llc(monkeypatch, llc):
-    if llc:
-        monkeypatch.setenv("KVBOOK_LLC_BYTES", llc)
-    else:
-        monkeypatch.delenv("KVBOOK_LLC_BYTES", raising=False)
-    per_position = kv_bytes_per_token(nocache.CPU_CONFIG)  # batch 1
-    lengths = nocache_setup("cpu").trap_lengths
-    assert lengths[0] == 256 and all(b == 4 * a for a, b in zip(lengths, lengths[1:]))
-    # the last cache reaches the DRAM size (4x the LLC, at least 64 MiB); the one before does not
-    assert lengths[-1] * per_position >= dram_bytes("cpu") > lengths[-2] * per_position
-    if llc == "64MiB":
-        assert lengths[-1] == 262144  # 512 MiB of 2 KiB positions: the first of 256 x 4^k past 256 MiB
-    assert trap_lengths(TINY, 2, "cpu", start=8, factor=2)[-1] * 2 * kv_bytes_per_token(TINY) >= dram_bytes(
-        "cpu"
-    )
 
 
 def test_fastest_nearby_removes_bursts_of_load():

@@ -1,5 +1,5 @@
-"""Measured bytes of real caches equal the formula: kvlib.model's caches (MHA/GQA/MQA) and
-the DynamicCache of transformers' generate (GQA Llama, MLA DeepSeek-V3), tiny random models."""
+"""Tests of kvlib.cache.size_check: measured bytes of real caches equal the formula: our contiguous
+caches (MHA/GQA/MQA) and the DynamicCache of transformers' generate (GQA Llama, MLA DeepSeek-V3)."""
 
 import pytest
 import torch

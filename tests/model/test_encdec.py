@@ -1,4 +1,4 @@
-"""The encoder-decoder of chapter 1: which cache grows (kvlib.encdec)."""
+"""Tests of kvlib.model.encdec, the encoder-decoder of chapter 1: which cache grows."""
 
 import pytest
 import torch
