@@ -1,20 +1,24 @@
 """Serving many requests in one KV budget (chapter 4): scheduler, memory policies, simulator and
 a real engine.
 
+Modules, bottom to top (each imports only those above it):
+
+- ``traces``: seeded request traces with the vLLM paper's length statistics, :class:`Request`.
 - ``types``: what the scheduler and the memory share: :class:`SeqState`, :class:`StepPlan`,
-  the memory categories and the :class:`Memory` protocol.
-- ``traces``: seeded request traces with the vLLM paper's length statistics.
+  :class:`StepRecord`, the memory categories (:data:`CATEGORIES`) and the :class:`Memory`
+  protocol that every memory policy keeps.
 - ``allocators``: contiguous allocators (buddy, first fit) for the reservation policies.
-- ``placement``: the memory policies (max, pow2, oracle reservation; paged blocks).
-- ``scheduler``: first-come-first-served continuous batching with preemption.
-- ``step_time``: the step-time model the simulator's clock uses, and its fit.
-- ``gpu_model``: a GPU from its data sheet: the KV budget a model leaves, the ideal step time.
+- ``placement``: the memory policies (max, pow2, oracle reservation; paged blocks), :func:`make_memory`.
+- ``scheduler``: first-come-first-served continuous batching with preemption by recomputation.
+- ``step_time``: the step-time model the simulator's clock uses, and its fit to measured steps.
+- ``gpu_model``: a GPU from its data sheet (chapters 4 and 5): the KV budget a model leaves,
+  the ideal step time.
 - ``results``: :class:`RunResult`, what a run (simulated or real) reports.
 - ``simulator``: the scheduler run on a step-time model.
 - ``engine``: the real engine: :mod:`kvlib.model` served on the paged cache.
 - ``calibration``: the engine's step times measured and fitted into a step-time model.
-- ``sharing``: parallel sampling and beam search sharing blocks.
-- ``policy_comparison``: chapter 4's experiments.
+- ``sharing``: parallel sampling and beam search sharing blocks (copy-on-write).
+- ``policy_comparison``: chapter 4's experiments, and ``bench()`` for ``python -m kvlib bench``.
 """
 
 from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
@@ -94,6 +98,7 @@ __all__ = [
     "DECODE_POINTS",
     "ENGINE_CONFIG",
     "KVBudget",
+    "Memory",
     "ONE_PER_STEP",
     "PAPER_RATE_VS_MAX",
     "PAPER_RATE_VS_ORACLE",
@@ -107,13 +112,12 @@ __all__ = [
     "ReservedMemory",
     "RunResult",
     "SHAREGPT",
-    "Memory",
-    "StepRecord",
     "Scheduler",
     "SchedulerConfig",
     "SeqState",
     "SharingCount",
     "StepPlan",
+    "StepRecord",
     "StepTimeModel",
     "TERMS",
     "TraceSpec",
