@@ -1,21 +1,33 @@
-"""PagedAttention: the KV cache in fixed-size blocks (chapter 3).
+"""PagedAttention: the KV cache in fixed-size blocks (chapter 3; chapter 4's engine runs on it).
 
 - ``block_pool``: the blocks themselves (:class:`KVCacheBlock`), their reference counts, the
   free queue in LRU order and the prefix cache of full blocks by hash.
-- ``block_manager``: each sequence's block table, copy-on-write and prefix hashing.
-- ``usage``: what the blocks hold at a moment: statistics and snapshots for the figures.
+- ``block_manager``: each sequence's block table, copy-on-write and prefix hashing; the
+  caller owns each sequence's token list, which the manager only reads.
+- ``usage``: what the blocks hold at a moment: statistics (:func:`block_usage`) and
+  snapshots for the figures (:func:`block_snapshot`).
 - ``kernels``: decode and prefill attention through block tables (gather, then attend).
-- ``paged_cache``: :class:`PagedKVCache`, the cache the model writes to and reads from.
-- ``generation``: the paged decode loop, and generation of one sequence or of branches
-  sharing a prompt.
+- ``paged_cache``: :class:`PagedKVCache`, the cache the model writes to and reads from, and
+  the :class:`AttentionMetadata` of one forward pass.
+- ``generation``: the paged decode loop (:func:`prefill`, :func:`decode_step`), and
+  generation of one batch of prompts or of branches sharing a prompt.
 - ``kernel_overhead``: chapter 3's measurements: equality with the contiguous cache and the
   paged kernel's cost.
-- ``reservation_waste``: memory lost by reserving the maximum length, against paging.
+- ``memory_waste``: memory lost by reserving the maximum length, against paging.
 """
 
-from kvlib.paged.block_manager import Allocation, BlockManager, SequenceBlocks
+from kvlib.paged.block_manager import Allocation, BlockManager, SequenceBlocks, num_blocks_for
 from kvlib.paged.block_pool import BlockPool, FreeBlockQueue, KVCacheBlock, hash_block_tokens
-from kvlib.paged.generation import BranchRun, PagedGeneration, decode_branches, generate_paged
+from kvlib.paged.generation import (
+    BranchRun,
+    PagedGeneration,
+    decode_branches,
+    decode_step,
+    generate_paged,
+    give_slots,
+    greedy,
+    prefill,
+)
 from kvlib.paged.kernel_overhead import (
     KERNEL_MIN_LONGEST,
     DecodeCase,
@@ -38,11 +50,12 @@ from kvlib.paged.kernels import (
     visibility_bias,
 )
 from kvlib.paged.memory_waste import ReservationWaste, reservation_waste
-from kvlib.paged.paged_cache import PagedKVCache
-from kvlib.paged.usage import BlockSnapshot, BlockUsage
+from kvlib.paged.paged_cache import AttentionMetadata, PagedKVCache
+from kvlib.paged.usage import BlockSnapshot, BlockUsage, block_snapshot, block_usage, stored_tokens
 
 __all__ = [
     "Allocation",
+    "AttentionMetadata",
     "BlockManager",
     "BlockPool",
     "BlockSnapshot",
@@ -61,16 +74,24 @@ __all__ = [
     "ReservationWaste",
     "SequenceBlocks",
     "attend_gathered",
+    "block_snapshot",
+    "block_usage",
     "decode_branches",
+    "decode_step",
     "gather_blocks",
     "generate_paged",
+    "give_slots",
+    "greedy",
     "hash_block_tokens",
     "kernel_sizes",
     "key_mask",
+    "num_blocks_for",
     "paged_attention",
     "paged_vs_contiguous_error",
+    "prefill",
     "random_decode_case",
     "reservation_waste",
+    "stored_tokens",
     "time_decode_attention",
     "timing_case",
     "tokens_identical",

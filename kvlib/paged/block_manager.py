@@ -1,4 +1,4 @@
-"""Paged KV-cache bookkeeping: a block pool, per-sequence block tables, copy-on-write and prefix caching (chapter 3).
+"""Per-sequence block tables over a block pool: allocation, copy-on-write and prefix hashing (chapter 3).
 
 PagedAttention (Kwon et al. 2023, vLLM) stores a sequence's keys and values in fixed-size
 *blocks* of ``block_size`` token slots that may lie anywhere in one preallocated pool, the
@@ -7,11 +7,18 @@ way an operating system maps a process's pages onto physical frames. A sequence'
 in slot ``block_table[pos // block_size] * block_size + pos % block_size``.
 
 This module is plain Python: it decides which block holds which token and never touches
-a tensor. :class:`kvlib.paged_attention.PagedKVCache` owns the K/V storage and asks a
-:class:`BlockManager` where to write; chapter 4's serving engine uses the same manager to
-schedule requests. The vocabulary follows vLLM: ``block_size``, ``num_blocks``,
+a tensor. The blocks, their ``ref_cnt`` and the prefix cache live in
+:class:`kvlib.paged.block_pool.BlockPool`; :class:`kvlib.paged.paged_cache.PagedKVCache`
+owns the K/V storage and asks a :class:`BlockManager` where to write; chapter 4's serving
+engine (:mod:`kvlib.serving.engine`) schedules requests with the same manager. What the
+blocks hold at a moment (statistics, snapshots for figures) is computed from the outside,
+by :mod:`kvlib.paged.usage`. The vocabulary follows vLLM: ``block_size``, ``num_blocks``,
 ``ref_cnt``, ``block_table``, ``block_hash``, slot mapping.
 
+- Tokens have one owner, the caller: ``allocate(seq_id, token_ids)`` keeps a reference to
+  the caller's list and only ever reads it. The caller appends each new token to its list,
+  then ``append_slot(seq_id)`` gives that token a slot; ``fork`` returns the child's own
+  list (a copy of the parent's tokens), which the caller owns from then on.
 - A block is shared by every block table that points at it; ``ref_cnt`` counts them.
   A block with ``ref_cnt == 0`` waits in the free queue.
 - ``fork`` lets a child sequence share all of its parent's blocks (parallel sampling,
@@ -32,8 +39,12 @@ from dataclasses import dataclass, field
 
 from kvlib import KVLibError
 from kvlib.paged.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
-from kvlib.paged.usage import BlockSnapshot, BlockUsage
 from kvlib.units import ceil_div
+
+
+def num_blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks needed to hold ``num_tokens`` tokens: the last one may be partly empty."""
+    return ceil_div(num_tokens, block_size)
 
 
 @dataclass
@@ -41,8 +52,9 @@ class SequenceBlocks:
     """What the manager knows about one sequence."""
 
     seq_id: int
-    token_ids: list[int]
-    block_table: list[int]
+    token_ids: Sequence[int]  # the caller's list (read only): prompt, then the tokens it appended
+    block_table: list[int]  # physical block of each logical block
+    num_tokens: int  # tokens with a slot: token_ids[:num_tokens]
     block_hashes: list[str] = field(default_factory=list)  # of its first full, computed blocks
     num_computed: int = 0  # tokens whose K/V have been written
 
@@ -52,12 +64,12 @@ class Allocation:
     """Result of :meth:`BlockManager.allocate`: how many prompt tokens were already cached."""
 
     seq_id: int
-    num_cached_tokens: int
-    num_new_blocks: int
+    num_cached_tokens: int  # leading prompt tokens whose K/V the prefix cache held
+    num_new_blocks: int  # blocks taken from the free queue
 
 
 class BlockManager:
-    """Per-sequence block tables over one :class:`BlockPool`.
+    """Per-sequence block tables over one :class:`BlockPool`: allocate, append, fork, free.
 
     ``copy_block(src, dst)`` is called when copy-on-write needs the contents of block
     ``src`` copied into block ``dst`` (the paged cache copies its K/V tensors there).
@@ -79,45 +91,49 @@ class BlockManager:
         self.copy_block = copy_block
         self.sequences: dict[int, SequenceBlocks] = {}
         self._freed: set[int] = set()
-        self.num_copies = 0  # copy-on-write block copies so far
-        self.num_cached_tokens_hit = 0  # prompt tokens found in the prefix cache so far
 
     # ------------------------------------------------------------------ queries
 
     @property
     def num_blocks(self) -> int:
+        """Blocks in the pool, used or free."""
         return len(self.pool.blocks)
 
     @property
     def num_free_blocks(self) -> int:
+        """Blocks no sequence uses (cached ones included)."""
         return self.pool.num_free_blocks
 
     def num_blocks_for(self, num_tokens: int) -> int:
-        """Blocks needed to hold ``num_tokens`` tokens: the last one may be partly empty."""
-        return ceil_div(num_tokens, self.block_size)
+        """Blocks of this manager's ``block_size`` needed to hold ``num_tokens`` tokens."""
+        return num_blocks_for(num_tokens, self.block_size)
 
     def block_table(self, seq_id: int) -> list[int]:
+        """A copy of the sequence's block table."""
         return list(self._get(seq_id).block_table)
 
     def token_ids(self, seq_id: int) -> list[int]:
-        return list(self._get(seq_id).token_ids)
+        """A copy of the sequence's tokens that have a slot."""
+        seq = self._get(seq_id)
+        return list(seq.token_ids[: seq.num_tokens])
 
     def num_tokens(self, seq_id: int) -> int:
-        return len(self._get(seq_id).token_ids)
+        """Tokens of the sequence that have a slot."""
+        return self._get(seq_id).num_tokens
 
     def num_computed(self, seq_id: int) -> int:
+        """Tokens of the sequence whose K/V are written."""
         return self._get(seq_id).num_computed
 
     def slot(self, seq_id: int, position: int) -> int:
         """Index of the slot holding token ``position`` of a sequence, counted over the whole pool."""
         seq = self._get(seq_id)
-        if not 0 <= position < len(seq.token_ids):
-            raise KVLibError(
-                f"position {position} is outside sequence {seq_id} of {len(seq.token_ids)} tokens"
-            )
+        if not 0 <= position < seq.num_tokens:
+            raise KVLibError(f"position {position} is outside sequence {seq_id} of {seq.num_tokens} tokens")
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
 
     def ref_cnt(self, block_id: int) -> int:
+        """How many block tables point at a block."""
         return self.pool.blocks[block_id].ref_cnt
 
     def __contains__(self, seq_id: int) -> bool:
@@ -152,22 +168,24 @@ class BlockManager:
 
     def can_allocate(self, token_ids: Sequence[int]) -> bool:
         """Are there enough free blocks to hold this prompt (after prefix-cache hits)?"""
-        return self._blocks_short(self._check_tokens(token_ids)) <= 0
+        return self._blocks_short(_checked_tokens(token_ids)) <= 0
 
     def num_blocks_short(self, token_ids: Sequence[int]) -> int:
         """Free blocks that ``allocate(token_ids)`` would lack (negative: how many would stay free).
 
         Chapter 4's scheduler admits a request only if enough blocks stay free afterwards.
         """
-        return self._blocks_short(self._check_tokens(token_ids))
+        return self._blocks_short(_checked_tokens(token_ids))
 
     def allocate(self, seq_id: int, token_ids: Sequence[int]) -> Allocation | None:
-        """Give a new sequence blocks for its prompt, reusing cached prefix blocks; ``None`` if they do not fit.
+        """Give a new sequence blocks for its prompt, reusing cached prefix blocks; ``None`` if short.
 
-        Returns how many leading prompt tokens already have K/V in the cache (a multiple of
+        The manager keeps a reference to ``token_ids`` (the caller's list, which the caller
+        goes on appending to) and only reads it; every token in it now gets a slot. Returns
+        how many leading prompt tokens already have K/V in the cache (a multiple of
         ``block_size``); the caller runs the model on the remaining tokens only.
         """
-        token_ids = self._check_tokens(token_ids)
+        _checked_tokens(token_ids)
         if seq_id in self.sequences:
             raise KVLibError(f"sequence {seq_id} already has blocks (free it first or pick a new id)")
         if self._blocks_short(token_ids) > 0:
@@ -178,57 +196,65 @@ class BlockManager:
         new = self.pool.get_new_blocks(self.num_blocks_for(len(token_ids)) - len(hits))
         table = [b.block_id for b in hits + new]
         num_cached = len(hits) * self.block_size
-        self.sequences[seq_id] = SequenceBlocks(seq_id, token_ids, table, hashes, num_cached)
+        self.sequences[seq_id] = SequenceBlocks(seq_id, token_ids, table, len(token_ids), hashes, num_cached)
         self._freed.discard(seq_id)
-        self.num_cached_tokens_hit += num_cached
         return Allocation(seq_id, num_cached, len(new))
 
     def _needs_block(self, seq: SequenceBlocks) -> bool:
         """Appending needs a block when the last one is full, or shared (copy-on-write)."""
-        if len(seq.token_ids) % self.block_size == 0:
+        if seq.num_tokens % self.block_size == 0:
             return True
         return self.pool.blocks[seq.block_table[-1]].ref_cnt > 1
 
     def can_append(self, seq_id: int) -> bool:
-        """Can one more token be appended to this sequence without running out of blocks?"""
+        """Can one more token be given a slot in this sequence without running out of blocks?"""
         seq = self._get(seq_id)
         return not self._needs_block(seq) or self.num_free_blocks >= 1
 
-    def append_slot(self, seq_id: int, token_id: int) -> int | None:
-        """Reserve the slot for the next token of a sequence; returns the slot, or ``None`` if no block is free.
+    def append_slot(self, seq_id: int) -> int | None:
+        """Give the sequence's next token a slot; returns the slot, or ``None`` if no block is free.
 
-        A new block is taken only when the last one is full. If the last block is shared
-        with a forked sequence, it is copied first (copy-on-write) so that the write that
-        follows never changes what the other sequences see.
+        The token is the first of the caller's list without a slot: the caller appends it to
+        its list first. A new block is taken only when the last one is full. If the last
+        block is shared with a forked sequence, it is copied first (copy-on-write) so that
+        the write that follows never changes what the other sequences see.
         """
         seq = self._get(seq_id)
-        token_id = self._check_tokens([token_id])[0]
+        if seq.num_tokens >= len(seq.token_ids):
+            raise KVLibError(
+                f"sequence {seq_id}: every token has a slot; append the new token to its token list first"
+            )
+        _checked_tokens(seq.token_ids[seq.num_tokens : seq.num_tokens + 1])
         if not self.can_append(seq_id):
             return None
-        if len(seq.token_ids) % self.block_size == 0:
+        if seq.num_tokens % self.block_size == 0:
             seq.block_table.append(self.pool.get_new_blocks(1)[0].block_id)
         elif self._needs_block(seq):
-            shared = self.pool.blocks[seq.block_table[-1]]
-            copy = self.pool.get_new_blocks(1)[0]
-            if self.copy_block is not None:
-                self.copy_block(shared.block_id, copy.block_id)
-            self.pool.free_blocks([shared])
-            seq.block_table[-1] = copy.block_id
-            self.num_copies += 1
-        seq.token_ids.append(token_id)
-        return self.slot(seq_id, len(seq.token_ids) - 1)
+            self._copy_last_block(seq)
+        seq.num_tokens += 1
+        return self.slot(seq_id, seq.num_tokens - 1)
+
+    def _copy_last_block(self, seq: SequenceBlocks) -> None:
+        """Copy-on-write: the sequence's shared last block is replaced by a private copy."""
+        shared = self.pool.blocks[seq.block_table[-1]]
+        copy = self.pool.get_new_blocks(1)[0]
+        if self.copy_block is not None:
+            self.copy_block(shared.block_id, copy.block_id)
+        self.pool.free_blocks([shared])
+        seq.block_table[-1] = copy.block_id
 
     def mark_computed(self, seq_id: int, num_tokens: int | None = None) -> None:
-        """Record that the K/V of the first ``num_tokens`` tokens (default: all) are written.
+        """Record that the K/V of the first ``num_tokens`` tokens (default: all with a slot) are written.
 
         Full blocks become visible to the prefix cache only now, so a later request never
         reuses a block whose K/V do not exist yet (vLLM's ``cache_blocks``).
         """
         seq = self._get(seq_id)
-        num_tokens = len(seq.token_ids) if num_tokens is None else num_tokens
-        if not seq.num_computed <= num_tokens <= len(seq.token_ids):
+        num_tokens = seq.num_tokens if num_tokens is None else num_tokens
+        if not seq.num_computed <= num_tokens <= seq.num_tokens:
             raise KVLibError(
-                f"sequence {seq_id}: cannot mark {num_tokens} tokens computed (has {len(seq.token_ids)}, {seq.num_computed} computed)"
+                f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "
+                f"(has {seq.num_tokens}, {seq.num_computed} computed)"
             )
         seq.num_computed = num_tokens
         if not self.enable_prefix_caching:
@@ -242,25 +268,33 @@ class BlockManager:
 
     # ------------------------------------------------------------------ fork / free
 
-    def fork(self, parent_id: int, child_id: int) -> None:
-        """Make ``child_id`` a copy of ``parent_id`` that shares all of its blocks (ref_cnt + 1 each)."""
+    def fork(self, parent_id: int, child_id: int) -> list[int]:
+        """Make ``child_id`` a copy of ``parent_id`` that shares all of its blocks (ref_cnt + 1 each).
+
+        Returns the child's token list: a new list holding the parent's tokens, which the
+        caller owns from now on (it appends the child's tokens to it, as for any sequence).
+        """
         parent = self._get(parent_id)
         if child_id in self.sequences:
             raise KVLibError(f"cannot fork into sequence {child_id}: it already exists")
-        if parent.num_computed < len(parent.token_ids):
+        if parent.num_computed < parent.num_tokens:
             raise KVLibError(
-                f"cannot fork sequence {parent_id}: {len(parent.token_ids) - parent.num_computed} of its tokens have no K/V yet (run the model first)"
+                f"cannot fork sequence {parent_id}: {parent.num_tokens - parent.num_computed} "
+                "of its tokens have no K/V yet (run the model first)"
             )
         for block_id in parent.block_table:
             self.pool.touch(self.pool.blocks[block_id])
+        child_tokens = list(parent.token_ids[: parent.num_tokens])
         self.sequences[child_id] = SequenceBlocks(
             child_id,
-            list(parent.token_ids),
+            child_tokens,
             list(parent.block_table),
+            parent.num_tokens,
             list(parent.block_hashes),
             parent.num_computed,
         )
         self._freed.discard(child_id)
+        return child_tokens
 
     def free(self, seq_id: int) -> None:
         """Release a finished (or preempted) sequence's blocks.
@@ -273,42 +307,6 @@ class BlockManager:
         del self.sequences[seq_id]
         self._freed.add(seq_id)
 
-    # ------------------------------------------------------------------ statistics
-
-    def _stored_per_block(self) -> dict[int, int]:
-        """Tokens held by each used block (a shared block holds as many as its fullest user)."""
-        stored: dict[int, int] = {}
-        for seq in self.sequences.values():
-            for i, block_id in enumerate(seq.block_table):
-                filled = min(self.block_size, len(seq.token_ids) - i * self.block_size)
-                stored[block_id] = max(stored.get(block_id, 0), filled)
-        return stored
-
-    def usage(self) -> BlockUsage:
-        """Blocks used, free and cached; tokens per sequence and tokens actually stored."""
-        return BlockUsage(
-            block_size=self.block_size,
-            num_blocks=self.num_blocks,
-            num_used_blocks=self.num_blocks - self.num_free_blocks,
-            num_free_blocks=self.num_free_blocks,
-            num_cached_blocks=len(self.pool.cached),
-            num_evictable_blocks=sum(1 for b in self.pool.cached.values() if b.ref_cnt == 0),
-            num_sequences=len(self.sequences),
-            num_tokens=sum(len(s.token_ids) for s in self.sequences.values()),
-            num_stored_tokens=sum(self._stored_per_block().values()),
-        )
-
-    def snapshot(self) -> BlockSnapshot:
-        """Copy of the block tables and reference counts (for pictures and printed tables)."""
-        return BlockSnapshot(
-            block_size=self.block_size,
-            num_blocks=self.num_blocks,
-            block_tables={s: list(seq.block_table) for s, seq in self.sequences.items()},
-            num_tokens={s: len(seq.token_ids) for s, seq in self.sequences.items()},
-            ref_cnt={b.block_id: b.ref_cnt for b in self.pool.blocks if b.ref_cnt > 0},
-            cached=frozenset(b.block_id for b in self.pool.cached.values()),
-        )
-
     # ------------------------------------------------------------------ checks
 
     def _get(self, seq_id: int) -> SequenceBlocks:
@@ -319,14 +317,15 @@ class BlockManager:
             raise KVLibError(f"unknown sequence {seq_id!r}")
         return seq
 
-    @staticmethod
-    def _check_tokens(token_ids: Sequence[int]) -> list[int]:
-        try:
-            token_ids = [operator.index(t) for t in token_ids]
-        except TypeError:
-            raise KVLibError(f"token ids must be integers, not {token_ids!r}"[:200]) from None
-        if not token_ids:
-            raise KVLibError("a sequence needs at least one token")
-        if min(token_ids) < 0:
-            raise KVLibError(f"token ids must be non-negative, not {min(token_ids)}")
-        return token_ids
+
+def _checked_tokens(token_ids: Sequence[int]) -> Sequence[int]:
+    """``token_ids`` itself, once every token is checked to be a non-negative integer (at least one)."""
+    try:
+        values = [operator.index(t) for t in token_ids]
+    except TypeError:
+        raise KVLibError(f"token ids must be integers, not {token_ids!r}"[:200]) from None
+    if not values:
+        raise KVLibError("a sequence needs at least one token")
+    if min(values) < 0:
+        raise KVLibError(f"token ids must be non-negative, not {min(values)}")
+    return token_ids

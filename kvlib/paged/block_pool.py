@@ -1,4 +1,4 @@
-"""The block pool behind a paged KV cache: blocks, reference counts, the free queue and the prefix cache (chapter 3).
+"""The block pool behind a paged KV cache: blocks, ref_cnt, the free queue and the prefix cache (chapter 3).
 
 Plain Python, no tensors: a block is just an id. :class:`BlockPool` hands out free
 blocks, takes them back when no block table uses them any more, and remembers which
@@ -9,6 +9,7 @@ them. :class:`kvlib.paged.BlockManager` builds block tables on top of it.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ def hash_block_tokens(parent_hash: str | None, token_ids: Sequence[int]) -> str:
     equal, because the parent hash carries everything before. SHA-256 (shortened to 16 hex
     digits for printing) is stable across runs and machines, unlike Python's ``hash``.
     """
-    text = f"{parent_hash}|{','.join(map(str, token_ids))}"
+    text = f"{parent_hash}|{','.join(str(operator.index(t)) for t in token_ids)}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -53,15 +54,19 @@ class FreeBlockQueue:
         return block.block_id in self._queue
 
     def popleft(self) -> KVCacheBlock:
+        """Take the block freed longest ago."""
         return self._queue.popitem(last=False)[1]
 
     def append(self, block: KVCacheBlock) -> None:
+        """Put a just-freed block at the back."""
         self._queue[block.block_id] = block
 
     def remove(self, block: KVCacheBlock) -> None:
+        """Take a block out of the middle (a prefix-cache hit revives it)."""
         del self._queue[block.block_id]
 
     def block_ids(self) -> list[int]:
+        """The queued block ids, front first."""
         return list(self._queue)
 
 

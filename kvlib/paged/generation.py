@@ -1,15 +1,18 @@
-"""Paged attention in PyTorch and a paged KV cache that ``kvlib.model`` runs on (chapter 3).
+"""The paged decode loop: prefill and decode steps on a :class:`PagedKVCache`, and generators (chapter 3).
 
-The K/V of every layer live in one preallocated pool per layer, shaped
-``(num_blocks, block_size, num_kv_heads, head_dim)`` as in vLLM. A
-:class:`~kvlib.paged.BlockManager` decides which block holds which token; this module
-writes new K/V through the *slot mapping* and reads them back through the *block tables*.
+Every caller that runs ``kvlib.model`` on the paged cache goes through two functions:
 
-:func:`paged_attention` is the kernel: it gathers each sequence's blocks in block-table
-order (one copy of the K/V it reads, which vLLM's CUDA kernel avoids by reading the blocks
-in place) and attends with each K/V head shared by its group of query heads, as
-:func:`kvlib.attention.grouped_attention` does for the contiguous cache. Chapter 3 checks
-that both give the same result and measures what the gather costs.
+- :func:`prefill`: one sequence's prompt, past the tokens the prefix cache already holds;
+- :func:`decode_step`: one token for each sequence of a batch: the newest token of each
+  gets a slot, the model runs on them in one forward pass, and their logits come back.
+
+Each sequence's tokens have one owner, the caller: it appends every new token to its own
+list, which the block manager only reads (see :mod:`kvlib.paged.block_manager`). On top of
+the two steps, chapter 3's generators: :func:`generate_paged` (greedy, prompts of
+different lengths in one batch) and :func:`decode_branches` (one prompt forked into
+branches that share its blocks, copy-on-write). Chapter 4's beam search
+(:mod:`kvlib.serving.sharing`) and serving engine (:mod:`kvlib.serving.engine`) use the
+same two steps.
 """
 
 from __future__ import annotations
@@ -21,10 +24,68 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.model.llama import TinyLlama
-from kvlib.paged.block_manager import Allocation
+from kvlib.paged.block_manager import Allocation, num_blocks_for
 from kvlib.paged.paged_cache import PagedKVCache
-from kvlib.paged.usage import BlockSnapshot
-from kvlib.units import ceil_div
+from kvlib.paged.usage import BlockSnapshot, block_snapshot
+
+
+@torch.inference_mode()
+def prefill(
+    model: TinyLlama, cache: PagedKVCache, seq_id: int, token_ids: Sequence[int], num_cached: int
+) -> torch.Tensor:
+    """Run the model over an allocated sequence's tokens past its ``num_cached`` cached ones.
+
+    ``token_ids`` is the list the sequence was allocated with. Returns the logits of its
+    last token, (vocab,): they choose the first new token.
+    """
+    cache.schedule([seq_id])
+    device = cache.k.device
+    uncached = torch.tensor([list(token_ids[num_cached:])], device=device)  # (1, uncached tokens)
+    return model(uncached, cache, last_only=True)[0, -1]  # (1, 1, vocab) -> (vocab,)
+
+
+def give_slots(cache: PagedKVCache, seq_ids: Sequence[int]) -> None:
+    """Give each sequence's newest token (already appended to its list) a slot; raise if short of blocks."""
+    manager = cache.manager
+    for seq_id in seq_ids:
+        if manager.append_slot(seq_id) is None:
+            raise KVLibError(
+                f"the cache of {manager.num_blocks} blocks is full after "
+                f"{manager.num_tokens(seq_id)} tokens of sequence {seq_id}"
+            )
+
+
+@torch.inference_mode()
+def decode_step(
+    model: TinyLlama,
+    cache: PagedKVCache,
+    seq_ids: Sequence[int],
+    token_ids: Sequence[Sequence[int]],
+    append_slots: bool = True,
+) -> torch.Tensor:
+    """One decode step of a batch: each sequence's newest token in, the logits of the next out.
+
+    ``token_ids[i]`` is the list of sequence ``seq_ids[i]``, its newest token (last) already
+    appended by the caller. With ``append_slots`` each newest token first gets its slot
+    (copy-on-write included); chapter 4's scheduler gives them slots itself, through its
+    memory, and passes ``append_slots=False``. Returns (batch, vocab) logits.
+    """
+    if append_slots:
+        give_slots(cache, seq_ids)
+    cache.schedule(seq_ids)
+    newest = torch.tensor([[tokens[-1]] for tokens in token_ids], device=cache.k.device)  # (batch, 1)
+    return model(newest, cache, last_only=True)[:, -1]  # (batch, 1, vocab) -> (batch, vocab)
+
+
+def greedy(logits: torch.Tensor) -> list[int]:
+    """The most likely token of each row of (batch, vocab) logits."""
+    return logits.argmax(dim=-1).tolist()
+
+
+def _new_cache(model: TinyLlama, num_blocks: int, block_size: int, device=None) -> PagedKVCache:
+    """A paged cache for ``model`` on its device (or ``device``) in its dtype, prefix caching on."""
+    device = model.lm_head.weight.device if device is None else device
+    return PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype)
 
 
 @dataclass
@@ -49,36 +110,31 @@ def generate_paged(
 
     Each prompt is prefilled alone (one forward pass over the tokens the prefix cache does
     not hold yet), then all sequences decode together, one token per step, in one batch.
-    ``num_blocks`` defaults to what the sequences need without any sharing.
+    ``num_blocks`` defaults to what the sequences need without any sharing. The returned
+    token lists are the ones the cache's manager reads (the last token has no slot).
     """
     if not isinstance(num_new, int) or num_new < 1:
         raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
-    device = model.lm_head.weight.device if device is None else device
     if num_blocks is None:
-        num_blocks = sum(ceil_div(len(p) + num_new, block_size) for p in prompts)
-    cache = PagedKVCache(
-        model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype
-    )
-    next_tokens, allocations = [], []
-    for seq_id, prompt in enumerate(prompts):
-        allocation = cache.manager.allocate(seq_id, prompt)
+        num_blocks = sum(num_blocks_for(len(p) + num_new, block_size) for p in prompts)
+    cache = _new_cache(model, num_blocks, block_size, device)
+    tokens = [list(p) for p in prompts]  # this loop owns every sequence's tokens
+    allocations = []
+    for seq_id, seq_tokens in enumerate(tokens):
+        allocation = cache.manager.allocate(seq_id, seq_tokens)
         if allocation is None:
             raise KVLibError(
-                f"the cache of {num_blocks} blocks cannot hold prompt {seq_id} ({len(prompt)} tokens)"
+                f"the cache of {num_blocks} blocks cannot hold prompt {seq_id} ({len(seq_tokens)} tokens)"
             )
         allocations.append(allocation)
-        cache.schedule([seq_id])
-        uncached = torch.tensor([list(prompt)[allocation.num_cached_tokens :]], device=device)  # (1, new)
-        next_tokens.append(int(model(uncached, cache, last_only=True)[0, -1].argmax()))
+        seq_tokens.append(
+            int(prefill(model, cache, seq_id, seq_tokens, allocation.num_cached_tokens).argmax())
+        )
     seq_ids = list(range(len(prompts)))
-    for step in range(num_new - 1):
-        for seq_id, token in zip(seq_ids, next_tokens):
-            if cache.manager.append_slot(seq_id, token) is None:
-                raise KVLibError(f"the cache of {num_blocks} blocks is full after {step} decode steps")
-        cache.schedule(seq_ids)
-        logits = model(torch.tensor(next_tokens, device=device)[:, None], cache)  # (batch, 1, vocab)
-        next_tokens = logits[:, -1].argmax(dim=-1).tolist()
-    tokens = [cache.manager.token_ids(s) + [t] for s, t in zip(seq_ids, next_tokens)]
+    for _ in range(num_new - 1):
+        next_tokens = greedy(decode_step(model, cache, seq_ids, tokens))
+        for seq_tokens, token in zip(tokens, next_tokens, strict=True):
+            seq_tokens.append(token)
     return PagedGeneration(tokens, cache, allocations)
 
 
@@ -109,29 +165,25 @@ def decode_branches(
     """
     if not first_tokens or num_new < 1:
         raise KVLibError("decode_branches needs at least one branch and num_new >= 1")
-    device = model.lm_head.weight.device
     if num_blocks is None:
-        num_blocks = len(first_tokens) * ceil_div(len(prompt) + num_new, block_size)
-    cache = PagedKVCache(
-        model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype
-    )
-    cache.manager.allocate(0, prompt)
-    cache.schedule([0])
-    model(torch.tensor([list(prompt)], device=device), cache, last_only=True)  # only the K/V are needed
-    snapshots = {"prefill": cache.manager.snapshot()}
+        num_blocks = len(first_tokens) * num_blocks_for(len(prompt) + num_new, block_size)
+    cache = _new_cache(model, num_blocks, block_size)
+    manager = cache.manager
+    tokens = [list(prompt)]  # this loop owns every branch's tokens
+    manager.allocate(0, tokens[0])
+    prefill(model, cache, 0, tokens[0], 0)  # only the K/V are needed
+    snapshots = {"prefill": block_snapshot(manager)}
     branches = list(range(len(first_tokens)))
-    for branch in branches[1:]:
-        cache.manager.fork(0, branch)
-    snapshots["fork"] = cache.manager.snapshot()
+    tokens += [manager.fork(0, branch) for branch in branches[1:]]
+    snapshots["fork"] = block_snapshot(manager)
     next_tokens = list(first_tokens)
     for step in range(num_new - 1):
-        for branch, token in zip(branches, next_tokens):
-            if cache.manager.append_slot(branch, token) is None:
-                raise KVLibError(f"the cache of {num_blocks} blocks is full after {step} decode steps")
-        if step == 0:
-            snapshots["copy-on-write"] = cache.manager.snapshot()
-        cache.schedule(branches)
-        logits = model(torch.tensor(next_tokens, device=device)[:, None], cache)  # (branches, 1, vocab)
-        next_tokens = logits[:, -1].argmax(dim=-1).tolist()
-    tokens = [cache.manager.token_ids(b) + [t] for b, t in zip(branches, next_tokens)]
+        for seq_tokens, token in zip(tokens, next_tokens, strict=True):
+            seq_tokens.append(token)
+        if step == 0:  # the slots of the first step, before the forward pass caches any full block
+            give_slots(cache, branches)
+            snapshots["copy-on-write"] = block_snapshot(manager)
+        next_tokens = greedy(decode_step(model, cache, branches, tokens, append_slots=step > 0))
+    for seq_tokens, token in zip(tokens, next_tokens, strict=True):
+        seq_tokens.append(token)
     return BranchRun(tokens, cache, snapshots)

@@ -1,5 +1,9 @@
-"""Measurements of chapter 3: paged vs contiguous attention (equality and time), the memory
-that contiguous reservation wastes, and ``bench()`` for ``python -m kvlib bench``.
+"""Memory that contiguous reservation wastes, against paging: :func:`reservation_waste` (chapter 3).
+
+Reserving each request's maximum length contiguously leaves every slot past its true length
+empty; paging (:class:`kvlib.paged.block_manager.BlockManager`) wastes only the unfilled
+tail of each request's last block. :func:`kvlib.plotting.draw_memory_waste` draws the
+comparison.
 """
 
 from __future__ import annotations
@@ -8,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvlib import KVLibError
-from kvlib.paged.block_manager import BlockManager
-from kvlib.units import ceil_div
+from kvlib.paged.block_manager import BlockManager, num_blocks_for
+from kvlib.paged.usage import block_usage
 
 
 @dataclass(frozen=True)
@@ -28,18 +32,22 @@ class ReservationWaste:
 
     @property
     def num_requests(self) -> int:
+        """Requests placed."""
         return len(self.lengths)
 
     @property
     def used_slots(self) -> int:
+        """Slots that hold a token: the requests' lengths summed."""
         return sum(self.lengths)
 
     @property
     def contiguous_slots(self) -> int:
+        """Slots reserved contiguously: ``max_len`` per request."""
         return self.num_requests * self.max_len
 
     @property
     def internal_fragmentation(self) -> int:
+        """Empty slots of the blocks the requests took."""
         return self.paged_slots - self.used_slots
 
     @property
@@ -56,9 +64,9 @@ def reservation_waste(lengths: Sequence[int], max_len: int, block_size: int = 16
     if max(lengths) > max_len:
         raise KVLibError(f"a request of {max(lengths)} tokens exceeds max_len {max_len}")
     manager = BlockManager(
-        sum(ceil_div(n, block_size) for n in lengths), block_size, enable_prefix_caching=False
+        sum(num_blocks_for(n, block_size) for n in lengths), block_size, enable_prefix_caching=False
     )
     for seq_id, n in enumerate(lengths):
         manager.allocate(seq_id, [0] * n)
-    usage = manager.usage()
+    usage = block_usage(manager)
     return ReservationWaste(lengths, max_len, block_size, usage.num_used_blocks * block_size)

@@ -1,41 +1,52 @@
-"""Paged attention in PyTorch and a paged KV cache that ``kvlib.model`` runs on (chapter 3).
+"""The paged KV cache that ``kvlib.model`` runs on: :class:`PagedKVCache` (chapter 3).
 
 The K/V of every layer live in one preallocated pool per layer, shaped
 ``(num_blocks, block_size, num_kv_heads, head_dim)`` as in vLLM. A
-:class:`~kvlib.paged.BlockManager` decides which block holds which token; this module
-writes new K/V through the *slot mapping* and reads them back through the *block tables*.
-
-:func:`paged_attention` is the kernel: it gathers each sequence's blocks in block-table
-order (one copy of the K/V it reads, which vLLM's CUDA kernel avoids by reading the blocks
-in place) and attends with each K/V head shared by its group of query heads, as
-:func:`kvlib.attention.grouped_attention` does for the contiguous cache. Chapter 3 checks
-that both give the same result and measures what the gather costs.
+:class:`~kvlib.paged.block_manager.BlockManager` decides which block holds which token;
+this module writes each forward pass's new K/V through the *slot mapping* and reads them
+back through the *block tables* with :func:`kvlib.paged.kernels.paged_attention`. What
+one forward pass needs for that, computed once for all layers, is an
+:class:`AttentionMetadata`. The decode loop that drives the cache is in
+:mod:`kvlib.paged.generation`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from kvlib import KVLibError
 from kvlib.model.config import ModelConfig
 from kvlib.paged.block_manager import BlockManager
-from kvlib.paged.kernels import GatherBuffer, gather_blocks, key_mask, paged_attention
+from kvlib.paged.kernels import GatherBuffer, KeyMask, gather_blocks, key_mask, paged_attention
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """Where one forward pass writes and reads, the same for every layer (vLLM's attention metadata)."""
+
+    slot_mapping: torch.Tensor  # (batch * num_new,) int64: the pool slot of each new token, batch-major
+    block_tables: torch.Tensor  # (batch, max_blocks) int64, padded with block 0
+    seq_lens: torch.Tensor  # (batch,) tokens per sequence, the new ones included
+    mask: KeyMask  # keys each query sees (bias (batch, num_new, num_keys) or None)
 
 
 class PagedKVCache:
     """K/V of every layer in block pools, ``(num_layers, num_blocks, block_size, num_kv_heads, head_dim)``.
 
     Implements the model's cache protocol for a batch of sequences of different lengths.
-    The caller manages sequences through ``cache.manager`` (allocate a prompt, append a
-    token, fork, free), chooses the sequences of the next forward pass with
-    :meth:`schedule`, and runs the model on their tokens that have no K/V yet:
+    The caller owns each sequence's token list and manages sequences through
+    ``cache.manager`` (allocate a prompt, give a new token a slot, fork, free), chooses the
+    sequences of the next forward pass with :meth:`schedule`, and runs the model on their
+    tokens that have no K/V yet (:func:`kvlib.paged.generation.prefill` and
+    :func:`kvlib.paged.generation.decode_step` do both):
 
-    - prefill: ``manager.allocate(seq, prompt)``; ``schedule([seq])``; run the prompt after
+    - prefill: ``manager.allocate(seq, tokens)``; ``schedule([seq])``; run the prompt after
       the tokens found in the prefix cache;
-    - decode: ``manager.append_slot(seq, token)`` for each sequence; ``schedule(seqs)``;
-      run one token per sequence.
+    - decode: ``tokens.append(token)`` and ``manager.append_slot(seq)`` for each sequence;
+      ``schedule(seqs)``; run one token per sequence.
     """
 
     def __init__(
@@ -51,19 +62,18 @@ class PagedKVCache:
             num_blocks, block_size, enable_prefix_caching, copy_block=self._copy_block
         )
         shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # (layers, blocks, block_size, kv_heads, hd)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.num_layers = config.num_layers
-        self._buffers = (
-            GatherBuffer(),
-            GatherBuffer(),
-            GatherBuffer(),
-        )  # K, V, scores: shared by all layers, which run in turn
+        self.num_copies = 0  # blocks copied by copy-on-write so far
+        # K, V, scores: shared by all layers, which run in turn
+        self._buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())
         self._batch: list[int] = []
-        self._step: dict = {}
+        self._metadata: AttentionMetadata | None = None
 
     @property
     def block_size(self) -> int:
+        """Token slots per block."""
         return self.manager.block_size
 
     @property
@@ -73,12 +83,14 @@ class PagedKVCache:
 
     @property
     def bytes_per_block(self) -> int:
+        """Bytes of K and V of one block, over all layers."""
         return self.num_bytes // self.manager.num_blocks
 
     def _copy_block(self, src: int, dst: int) -> None:
         """Copy-on-write: copy block ``src``'s K/V into block ``dst`` in every layer."""
-        self.k[:, dst] = self.k[:, src]
+        self.k[:, dst] = self.k[:, src]  # (layers, block_size, kv_heads, head_dim)
         self.v[:, dst] = self.v[:, src]
+        self.num_copies += 1
 
     def schedule(self, seq_ids: Sequence[int]) -> None:
         """Choose the sequences (in batch order) of the next forward pass."""
@@ -102,22 +114,22 @@ class PagedKVCache:
             start, length = manager.num_computed(seq_id), manager.num_tokens(seq_id)
             if length - start != num_new:
                 raise KVLibError(
-                    f"sequence {seq_id} has {length - start} tokens without K/V, but the model was given {num_new}"
+                    f"sequence {seq_id} has {length - start} tokens without K/V, "
+                    f"but the model was given {num_new}"
                 )
             slots += [manager.slot(seq_id, pos) for pos in range(start, length)]
             starts.append(start)
         self._check_private(slots)
         tables = [manager.block_table(s) for s in self._batch]
         width = max(map(len, tables))
-        seq_lens = torch.tensor(starts, device=device) + num_new
-        self._step = {
-            "slot_mapping": torch.tensor(slots, dtype=torch.long, device=device),  # (batch * num_new,)
-            "block_tables": torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device),
-            "seq_lens": seq_lens,
-            "mask": key_mask(
-                seq_lens, num_new, self.k.dtype, lengths=[s + num_new for s in starts]
-            ),  # for every layer
-        }
+        seq_lens = torch.tensor(starts, device=device) + num_new  # (batch,)
+        self._metadata = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
+            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device),
+            seq_lens=seq_lens,
+            mask=key_mask(seq_lens, num_new, self.k.dtype, lengths=[s + num_new for s in starts]),
+        )
+        # (batch, 1) + (num_new,) -> (batch, num_new)
         return torch.tensor(starts, device=device)[:, None] + torch.arange(num_new, device=device)
 
     def _check_private(self, slots: list[int]) -> None:
@@ -127,25 +139,26 @@ class PagedKVCache:
                 raise KVLibError(f"slot {slot} is in a shared block; writing it would change other sequences")
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Write this layer's new K/V into their slots, then attend through the block tables."""
-        step = self._step
+        """Write this layer's new K/V into their slots, then attend through the block tables.
+
+        q: (batch, num_heads, num_new, head_dim); k, v: (batch, num_kv_heads, num_new, head_dim)
+        returns: (batch, num_heads, num_new, head_dim)
+        """
+        metadata = self._metadata
         num_kv_heads, head_dim = k.shape[1], k.shape[3]
-        flat = (
-            -1,
-            num_kv_heads,
-            head_dim,
-        )  # the pool as one row per slot: (num_blocks * block_size, kv_heads, head_dim)
-        self.k[layer].view(flat)[step["slot_mapping"]] = k.transpose(1, 2).reshape(flat)
-        self.v[layer].view(flat)[step["slot_mapping"]] = v.transpose(1, 2).reshape(flat)
+        flat = (-1, num_kv_heads, head_dim)  # one row per slot: (num_blocks * block_size, kv_heads, hd)
+        # (batch, kv_heads, new, hd) -> (batch, new, kv_heads, hd) -> (batch * new, kv_heads, hd), batch-major
+        self.k[layer].view(flat)[metadata.slot_mapping] = k.transpose(1, 2).reshape(flat)
+        self.v[layer].view(flat)[metadata.slot_mapping] = v.transpose(1, 2).reshape(flat)
         out = paged_attention(
             q,
-            self.k[layer],
+            self.k[layer],  # (num_blocks, block_size, kv_heads, head_dim)
             self.v[layer],
-            step["block_tables"],
-            step["seq_lens"],
+            metadata.block_tables,
+            metadata.seq_lens,
             self._buffers,
-            step["mask"],
-        )
+            metadata.mask,
+        )  # (batch, num_heads, num_new, head_dim)
         if layer == self.num_layers - 1:  # the forward pass is complete: these K/V now exist
             for seq_id in self._batch:
                 self.manager.mark_computed(seq_id)
@@ -153,7 +166,9 @@ class PagedKVCache:
 
     def read(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The stored K and V of one sequence in one layer, each (num_kv_heads, seq_len, head_dim)."""
-        table = torch.tensor(self.manager.block_table(seq_id), device=self.k.device)[None]
+        table = torch.tensor(self.manager.block_table(seq_id), device=self.k.device)[None]  # (1, blocks)
         length = self.manager.num_computed(seq_id)
+        # (1, blocks * block_size, kv_heads, head_dim) each
         k, v = gather_blocks(self.k[layer], table), gather_blocks(self.v[layer], table)
+        # (seq_len, kv_heads, head_dim) -> (kv_heads, seq_len, head_dim)
         return k[0, :length].transpose(0, 1), v[0, :length].transpose(0, 1)

@@ -1,32 +1,20 @@
-"""Paged KV-cache bookkeeping: a block pool, per-sequence block tables, copy-on-write and prefix caching (chapter 3).
+"""What the blocks of a :class:`~kvlib.paged.block_manager.BlockManager` hold at one moment (chapters 3, 4).
 
-PagedAttention (Kwon et al. 2023, vLLM) stores a sequence's keys and values in fixed-size
-*blocks* of ``block_size`` token slots that may lie anywhere in one preallocated pool, the
-way an operating system maps a process's pages onto physical frames. A sequence's
-``block_table`` lists the physical block of each of its logical blocks; token ``pos`` lives
-in slot ``block_table[pos // block_size] * block_size + pos % block_size``.
+The manager keeps block tables and nothing else; this module reads them from the outside:
 
-This module is plain Python: it decides which block holds which token and never touches
-a tensor. :class:`kvlib.paged_attention.PagedKVCache` owns the K/V storage and asks a
-:class:`BlockManager` where to write; chapter 4's serving engine uses the same manager to
-schedule requests. The vocabulary follows vLLM: ``block_size``, ``num_blocks``,
-``ref_cnt``, ``block_table``, ``block_hash``, slot mapping.
-
-- A block is shared by every block table that points at it; ``ref_cnt`` counts them.
-  A block with ``ref_cnt == 0`` waits in the free queue.
-- ``fork`` lets a child sequence share all of its parent's blocks (parallel sampling,
-  beam search). The first write into a shared block copies it (copy-on-write).
-- Prefix caching: a FULL block gets a hash chained over the previous block's hash and its
-  own token ids, so equal hashes mean equal prefixes. A new sequence reuses the cached
-  blocks of its longest cached prefix. A freed cached block keeps its hash and can be reused
-  until it is evicted, least recently freed first.
-- Running out of blocks is normal: ``can_allocate`` / ``can_append`` answer first, and
-  ``allocate`` / ``append_slot`` return ``None`` instead of failing.
+- :func:`block_usage`: blocks used, free and cached, tokens per sequence and tokens actually
+  stored (a shared block counts once), hence the internal fragmentation;
+- :func:`stored_tokens`: the stored tokens alone (what chapter 4's paged memory reports when
+  prefix caching shares blocks);
+- :func:`block_snapshot`: a copy of the block tables and reference counts, which
+  :func:`kvlib.plotting.draw_block_tables` draws and chapter 3 prints.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from kvlib.paged.block_manager import BlockManager
 
 
 @dataclass(frozen=True)
@@ -55,7 +43,51 @@ class BlockSnapshot:
 
     block_size: int
     num_blocks: int
-    block_tables: dict[int, list[int]]
-    num_tokens: dict[int, int]
+    block_tables: dict[int, list[int]]  # seq_id -> its block table
+    num_tokens: dict[int, int]  # seq_id -> tokens with a slot
     ref_cnt: dict[int, int]  # block_id -> ref_cnt, for used blocks
     cached: frozenset[int]  # block ids registered in the prefix cache
+
+
+def _stored_per_block(manager: BlockManager) -> dict[int, int]:
+    """Tokens held by each used block (a shared block holds as many as its fullest user)."""
+    size = manager.block_size
+    stored: dict[int, int] = {}
+    for seq in manager.sequences.values():
+        for i, block_id in enumerate(seq.block_table):
+            filled = min(size, seq.num_tokens - i * size)
+            stored[block_id] = max(stored.get(block_id, 0), filled)
+    return stored
+
+
+def stored_tokens(manager: BlockManager) -> int:
+    """Slots of used blocks that hold a token: a token stored in a shared block counts once."""
+    return sum(_stored_per_block(manager).values())
+
+
+def block_usage(manager: BlockManager) -> BlockUsage:
+    """Blocks used, free and cached; tokens per sequence and tokens actually stored."""
+    pool = manager.pool
+    return BlockUsage(
+        block_size=manager.block_size,
+        num_blocks=manager.num_blocks,
+        num_used_blocks=manager.num_blocks - manager.num_free_blocks,
+        num_free_blocks=manager.num_free_blocks,
+        num_cached_blocks=len(pool.cached),
+        num_evictable_blocks=sum(1 for b in pool.cached.values() if b.ref_cnt == 0),
+        num_sequences=len(manager.sequences),
+        num_tokens=sum(s.num_tokens for s in manager.sequences.values()),
+        num_stored_tokens=stored_tokens(manager),
+    )
+
+
+def block_snapshot(manager: BlockManager) -> BlockSnapshot:
+    """Copy of the block tables and reference counts (for pictures and printed tables)."""
+    return BlockSnapshot(
+        block_size=manager.block_size,
+        num_blocks=manager.num_blocks,
+        block_tables={s: list(seq.block_table) for s, seq in manager.sequences.items()},
+        num_tokens={s: seq.num_tokens for s, seq in manager.sequences.items()},
+        ref_cnt={b.block_id: b.ref_cnt for b in manager.pool.blocks if b.ref_cnt > 0},
+        cached=frozenset(b.block_id for b in manager.pool.cached.values()),
+    )

@@ -1,13 +1,12 @@
-"""The real serving engine: ``kvlib.model`` on a :class:`~kvlib.paged_attention.PagedKVCache`,
-scheduled by :class:`kvlib.serving.Scheduler`, and the calibration of the simulator's
-step-time model from measured steps (chapter 4).
+"""Calibration of the simulator's step-time model from real steps of ``kvlib.model`` (chapter 4).
 
-Every policy stores K/V in the same paged cache; what differs is admission. ``paged``
-takes blocks as tokens arrive and preempts (recomputes) when they run out; ``max``,
-``pow2`` and ``oracle`` admit a request only when its contiguous reservation fits in the
-budget, and the cache behind them gets spare blocks so that storage never limits them.
-Each step runs one forward pass per prefilled prompt (``PagedKVCache`` feeds every
-scheduled sequence the same number of tokens) and one for all decoding sequences.
+:func:`calibrate` times decode steps of batches of several sizes and lengths, and prefills
+of several lengths, on a :class:`~kvlib.paged.paged_cache.PagedKVCache`, through the same
+paged decode loop as the real engine (:func:`kvlib.paged.generation.decode_step` and
+:func:`kvlib.paged.generation.prefill`), on the clock the engine uses
+(:func:`kvlib.serving.engine.engine_clock`). It fits
+:class:`kvlib.serving.step_time.StepTimeModel` to them, which :func:`kvlib.serving.simulator.simulate`
+then uses in place of the model.
 """
 
 from __future__ import annotations
@@ -21,10 +20,11 @@ from tqdm.auto import tqdm
 
 from kvlib.measure.timing import one_cpu_thread, time_it
 from kvlib.model.llama import TinyLlama
+from kvlib.paged.block_manager import num_blocks_for
+from kvlib.paged.generation import decode_step, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.engine import engine_clock
 from kvlib.serving.step_time import StepTimeModel, fit_step_time
-from kvlib.units import ceil_div
 
 DECODE_POINTS = (
     (1, 16),
@@ -57,10 +57,10 @@ def decode_lengths(num_seqs: int, length: int, block_size: int) -> list[int]:
 
 @torch.inference_mode()
 def _decode_step_s(model: TinyLlama, num_seqs: int, length: int, block_size: int, repeats: int) -> float:
-    """Fastest of ``repeats`` decode steps of ``num_seqs`` sequences of about ``length`` tokens on a paged cache."""
+    """Fastest of ``repeats`` paged decode steps of ``num_seqs`` sequences of about ``length`` tokens."""
     device = model.lm_head.weight.device
     lengths = decode_lengths(num_seqs, length, block_size)
-    num_blocks = num_seqs * ceil_div(length + repeats + 2, block_size)
+    num_blocks = num_seqs * num_blocks_for(length + repeats + 2, block_size)
     cache = PagedKVCache(
         model.config,
         num_blocks,
@@ -69,16 +69,16 @@ def _decode_step_s(model: TinyLlama, num_seqs: int, length: int, block_size: int
         dtype=model.lm_head.weight.dtype,
         enable_prefix_caching=False,
     )
-    for seq, seq_len in enumerate(lengths):
-        cache.manager.allocate(seq, [1] * seq_len)
+    tokens = [[1] * seq_len for seq_len in lengths]  # this loop owns every sequence's tokens
+    for seq, seq_tokens in enumerate(tokens):
+        cache.manager.allocate(seq, seq_tokens)
         cache.manager.mark_computed(seq)  # the K/V stay zero: timing does not depend on their values
-    seqs, newest = list(range(num_seqs)), torch.ones(num_seqs, 1, dtype=torch.long, device=device)
+    seqs = list(range(num_seqs))
 
     def step():
-        for seq in seqs:
-            cache.manager.append_slot(seq, 1)
-        cache.schedule(seqs)
-        model(newest, cache, last_only=True)
+        for seq_tokens in tokens:
+            seq_tokens.append(1)
+        decode_step(model, cache, seqs, tokens)
 
     return time_it(step, repeats=repeats, warmup=1, device=device, clock=engine_clock(device)).min_s
 
@@ -89,21 +89,20 @@ def _prefill_s(model: TinyLlama, length: int, block_size: int, repeats: int) -> 
     device = model.lm_head.weight.device
     cache = PagedKVCache(
         model.config,
-        ceil_div(length, block_size),
+        num_blocks_for(length, block_size),
         block_size,
         device=device,
         dtype=model.lm_head.weight.dtype,
         enable_prefix_caching=False,
     )
-    prompt = torch.ones(1, length, dtype=torch.long, device=device)
+    prompt = [1] * length
 
-    def prefill():
-        cache.manager.allocate(0, prompt[0].tolist())
-        cache.schedule([0])
-        model(prompt, cache, last_only=True)
+    def one_prefill():
+        cache.manager.allocate(0, prompt)
+        prefill(model, cache, 0, prompt, 0)
         cache.manager.free(0)
 
-    return time_it(prefill, repeats=repeats, warmup=1, device=device, clock=engine_clock(device)).min_s
+    return time_it(one_prefill, repeats=repeats, warmup=1, device=device, clock=engine_clock(device)).min_s
 
 
 def calibrate(
@@ -151,7 +150,7 @@ def calibrate(
             prefill_tokens=length if kind == "prefill" else 0,
             seconds=seconds,
         )
-        for (kind, n, length), seconds in zip(work, best)
+        for (kind, n, length), seconds in zip(work, best, strict=True)
     ]
     columns = {
         key: np.array([row[key] for row in rows])

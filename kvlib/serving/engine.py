@@ -1,13 +1,17 @@
-"""The real serving engine: ``kvlib.model`` on a :class:`~kvlib.paged_attention.PagedKVCache`,
-scheduled by :class:`kvlib.serving.Scheduler`, and the calibration of the simulator's
-step-time model from measured steps (chapter 4).
+"""The real serving engine: ``kvlib.model`` on a :class:`~kvlib.paged.paged_cache.PagedKVCache`,
+scheduled by :class:`kvlib.serving.scheduler.Scheduler` (chapter 4).
 
 Every policy stores K/V in the same paged cache; what differs is admission. ``paged``
 takes blocks as tokens arrive and preempts (recomputes) when they run out; ``max``,
 ``pow2`` and ``oracle`` admit a request only when its contiguous reservation fits in the
 budget, and the cache behind them gets spare blocks so that storage never limits them.
 Each step runs one forward pass per prefilled prompt (``PagedKVCache`` feeds every
-scheduled sequence the same number of tokens) and one for all decoding sequences.
+scheduled sequence the same number of tokens) and one for all decoding sequences, through
+the paged decode loop's steps (:func:`kvlib.paged.generation.prefill` and
+:func:`kvlib.paged.generation.decode_step`). Each request's tokens live in its
+``SeqState.tokens``, which the block manager only reads. :func:`race_engine` times the
+policies fairly; :func:`solo_tokens` is the reference every request's output must equal.
+The simulator's calibration from measured steps is in :mod:`kvlib.serving.calibration`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from kvlib import KVLibError
 from kvlib.cache.generation import generate
 from kvlib.measure.timing import clock_for, one_cpu_thread, read_clock, synchronize
 from kvlib.model.llama import TinyLlama
+from kvlib.paged.generation import decode_step, greedy, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
@@ -38,17 +43,18 @@ def engine_clock(device: torch.device) -> str:
 
 @torch.inference_mode()
 def execute(model: TinyLlama, cache: PagedKVCache, plan: StepPlan) -> list[int]:
-    """Run one step's forward passes; returns the greedy next token of every planned sequence (prefills first)."""
-    device = cache.k.device
-    tokens = []
-    for seq, num_cached in plan.prefills:
-        cache.schedule([seq.seq_id])
-        prompt = torch.tensor([seq.tokens[num_cached:]], device=device)  # (1, uncached tokens)
-        tokens.append(int(model(prompt, cache, last_only=True)[0, -1].argmax()))
+    """Run one step's forward passes; returns the greedy next token of each planned sequence (prefills first).
+
+    Each prefill is its own forward pass; all decodes share one. The scheduler's memory
+    has already given every decoding sequence's newest token its slot, so the decode step
+    appends none.
+    """
+    tokens = [
+        int(prefill(model, cache, seq.seq_id, seq.tokens, cached).argmax()) for seq, cached in plan.prefills
+    ]
     if plan.decodes:
-        cache.schedule([s.seq_id for s in plan.decodes])
-        newest = torch.tensor([[s.tokens[-1]] for s in plan.decodes], device=device)  # (batch, 1)
-        tokens += model(newest, cache, last_only=True)[:, -1].argmax(dim=-1).tolist()
+        seq_ids, token_ids = [s.seq_id for s in plan.decodes], [s.tokens for s in plan.decodes]
+        tokens += greedy(decode_step(model, cache, seq_ids, token_ids, append_slots=False))
     return tokens
 
 
@@ -59,7 +65,7 @@ def run_engine(
     num_slots: int,
     max_len: int,
     block_size: int = 16,
-    config: SchedulerConfig = SchedulerConfig(),
+    config: SchedulerConfig | None = None,
     progress: bool = True,
     clock: str = "wall",
 ) -> RunResult:
@@ -71,6 +77,7 @@ def run_engine(
     this thread, which :func:`race_engine` uses). Each finished request's tokens are in
     ``result.finished[i].tokens`` (prompt, then its output).
     """
+    config = SchedulerConfig() if config is None else config
     device = model.lm_head.weight.device
     if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
         raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")

@@ -21,11 +21,11 @@ slot of the budget is.
 from __future__ import annotations
 
 from kvlib import KVLibError
-from kvlib.paged.block_manager import Allocation, BlockManager
+from kvlib.paged.block_manager import Allocation, BlockManager, num_blocks_for
+from kvlib.paged.usage import stored_tokens
 from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
 from kvlib.serving.traces import Request
 from kvlib.serving.types import SeqState, StepPlan
-from kvlib.units import ceil_div
 
 POLICIES = ("max", "pow2", "oracle", "paged")
 
@@ -85,7 +85,10 @@ class ReservedMemory:
         return reservation_slots(self.policy, seq.request, self.max_len)
 
     def admit(self, seq: SeqState) -> int | None:
-        """Place the request's reservation; returns the tokens already cached (0), or ``None`` if no gap fits."""
+        """Place the request's reservation; returns the tokens already cached (0), or ``None`` if no gap fits.
+
+        A mirroring manager keeps a reference to ``seq.tokens``, the request's one token list.
+        """
         start = self.allocator.allocate(self.need(seq))
         if start is None:
             return None
@@ -98,16 +101,19 @@ class ReservedMemory:
         return 0
 
     def append(self, seq: SeqState) -> bool:
-        if self.manager is not None and self.manager.append_slot(seq.seq_id, seq.tokens[-1]) is None:
+        """A slot for the request's newest token: always inside its reservation (mirrored in the manager)."""
+        if self.manager is not None and self.manager.append_slot(seq.seq_id) is None:
             raise KVLibError("the storage behind a reservation policy ran out of blocks")
         return True  # the reservation already holds the slot
 
     def mark_computed(self, plan: StepPlan) -> None:
+        """The step's K/V exist now: the mirroring manager, if any, records it."""
         if self.manager is not None:
             for seq in plan.seqs:
                 self.manager.mark_computed(seq.seq_id)
 
     def release(self, seq: SeqState) -> None:
+        """Free the request's reservation (and its mirrored blocks)."""
         start, size = self.placed.pop(seq.seq_id)
         self.allocator.free(start, size)
         self.num_reserved -= size
@@ -134,7 +140,7 @@ class BlockCounter:
     """The block arithmetic of a :class:`BlockManager` for sequences that share nothing: counts, no tables.
 
     It takes and frees exactly the blocks a manager without prefix caching would
-    (``tests/test_serving.py`` checks it step by step) at a fraction of the cost: a simulated
+    (``tests/serving/test_scheduler.py`` checks it step by step) at a fraction of the cost: a simulated
     run appends hundreds of thousands of tokens. The real engine uses the real manager.
     """
 
@@ -145,15 +151,19 @@ class BlockCounter:
         self.num_slots: dict[int, int] = {}  # seq_id -> tokens with a slot
 
     def num_blocks_for(self, num_tokens: int) -> int:
-        return ceil_div(num_tokens, self.block_size)
+        """Blocks of this counter's ``block_size`` needed to hold ``num_tokens`` tokens."""
+        return num_blocks_for(num_tokens, self.block_size)
 
     def num_blocks_short(self, token_ids) -> int:
+        """Free blocks that ``allocate(token_ids)`` would lack (negative: how many would stay free)."""
         return self.num_blocks_for(len(token_ids)) - self.num_free_blocks
 
     def can_allocate(self, token_ids) -> bool:
+        """Are there enough free blocks for this prompt?"""
         return self.num_blocks_short(token_ids) <= 0
 
     def allocate(self, seq_id: int, token_ids) -> Allocation | None:
+        """Count the blocks of a new sequence's prompt (only its length); ``None`` if they do not fit."""
         if seq_id in self.num_slots:
             raise KVLibError(f"sequence {seq_id} already has blocks")
         if not self.can_allocate(token_ids):
@@ -162,8 +172,9 @@ class BlockCounter:
         self.num_slots[seq_id] = len(token_ids)
         return Allocation(seq_id, 0, self.num_blocks_for(len(token_ids)))
 
-    def append_slot(self, seq_id: int, token_id: int) -> int | None:
-        """Returns the new token's position (a manager returns its slot), or ``None`` when a block is needed and none is free."""
+    def append_slot(self, seq_id: int) -> int | None:
+        """One more token of the sequence gets a slot: returns its position (a manager returns the slot),
+        or ``None`` when a block is needed and none is free."""
         n = self.num_slots[seq_id]
         if n % self.block_size == 0:
             if self.num_free_blocks == 0:
@@ -173,6 +184,7 @@ class BlockCounter:
         return n
 
     def free(self, seq_id: int) -> None:
+        """Give back the sequence's blocks."""
         self.num_free_blocks += self.num_blocks_for(self.num_slots.pop(seq_id))
 
     def mark_computed(self, seq_id: int, num_tokens: int | None = None) -> None:
@@ -196,19 +208,26 @@ class PagedMemory:
         self.watermark_blocks = int(watermark * manager.num_blocks)
         if manager.num_blocks_for(max_len) + self.watermark_blocks > manager.num_blocks:
             raise KVLibError(
-                f"{manager.num_blocks} blocks of {manager.block_size} cannot hold one request of {max_len} tokens"
+                f"{manager.num_blocks} blocks of {manager.block_size} "
+                f"cannot hold one request of {max_len} tokens"
             )
         self.num_slots = manager.num_blocks * manager.block_size
 
     def admit(self, seq: SeqState) -> int | None:
+        """Blocks for the request's tokens; returns how many were already cached, or ``None``.
+
+        The manager keeps a reference to ``seq.tokens``, the request's one token list.
+        """
         if -self.manager.num_blocks_short(seq.tokens) < self.watermark_blocks:
             return None  # it would not fit, or leave fewer than watermark blocks free
         return self.manager.allocate(seq.seq_id, seq.tokens).num_cached_tokens
 
     def append(self, seq: SeqState) -> bool:
-        return self.manager.append_slot(seq.seq_id, seq.tokens[-1]) is not None
+        """A slot for the request's newest token (already in ``seq.tokens``); False if no block is free."""
+        return self.manager.append_slot(seq.seq_id) is not None
 
     def release(self, seq: SeqState) -> None:
+        """Free the request's blocks."""
         self.manager.free(seq.seq_id)
 
     def mark_computed(self, plan: StepPlan) -> None:
@@ -228,7 +247,7 @@ class PagedMemory:
         manager = self.manager
         used = (manager.num_blocks - manager.num_free_blocks) * manager.block_size
         if getattr(manager, "enable_prefix_caching", False):
-            held = manager.usage().num_stored_tokens
+            held = stored_tokens(manager)
         return held, 0, used - held, 0, self.num_slots - used
 
 

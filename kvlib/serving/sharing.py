@@ -19,9 +19,9 @@ import torch
 from kvlib import KVLibError
 from kvlib.measure.timing import one_cpu_thread
 from kvlib.model.llama import TinyLlama
-from kvlib.paged.block_manager import BlockManager
+from kvlib.paged.block_manager import BlockManager, num_blocks_for
+from kvlib.paged.generation import decode_step, prefill
 from kvlib.paged.paged_cache import PagedKVCache
-from kvlib.units import ceil_div
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class SharingCount:
 
 
 def _count(manager: BlockManager, seq_ids) -> tuple[int, int]:
+    """Blocks in use, and blocks the sequences would take without sharing (each its own)."""
     used = manager.num_blocks - manager.num_free_blocks
     return used, sum(manager.num_blocks_for(manager.num_tokens(s)) for s in seq_ids)
 
@@ -60,26 +61,27 @@ def parallel_sampling_blocks(prompt_len: int, output_len: int, n: int, block_siz
     if min(prompt_len, output_len, n, block_size) < 1:
         raise KVLibError("prompt_len, output_len, n and block_size must be positive")
     manager = BlockManager(
-        n * ceil_div(prompt_len + output_len, block_size) + n, block_size, enable_prefix_caching=False
+        n * num_blocks_for(prompt_len + output_len, block_size) + n, block_size, enable_prefix_caching=False
     )
-    manager.allocate(0, list(range(prompt_len)))
+    tokens = [list(range(prompt_len))]  # this loop owns every sample's tokens
+    manager.allocate(0, tokens[0])
     manager.mark_computed(0)
-    for child in range(1, n):
-        manager.fork(0, child)
+    tokens += [manager.fork(0, child) for child in range(1, n)]
     seqs, used, unshared = list(range(n)), [], []
     for step in range(output_len):
         if step:  # the token chosen at the previous step gets its slot
             for seq in seqs:
-                manager.append_slot(seq, 1000 * seq + step)
+                tokens[seq].append(1000 * seq + step)
+                manager.append_slot(seq)
                 manager.mark_computed(seq)
-        for values, value in zip((used, unshared), _count(manager, seqs)):
+        for values, value in zip((used, unshared), _count(manager, seqs), strict=True):
             values.append(value)
     return SharingCount(np.array(used), np.array(unshared))
 
 
 @dataclass
 class BeamRun:
-    """Result of :func:`beam_search`: the final beams (prompt + generated), best first, and the block counts."""
+    """Result of :func:`beam_search`: the final beams (prompt + generated), best first, and block counts."""
 
     beams: list[list[int]]
     scores: list[float]  # summed log-probabilities of the generated tokens
@@ -114,7 +116,7 @@ def beam_search(model: TinyLlama, prompt, width: int, num_new: int, block_size: 
 def _beam_search(
     model: TinyLlama, prompt: list[int], width: int, num_new: int, block_size: int, device
 ) -> BeamRun:
-    num_blocks = width * (ceil_div(len(prompt) + num_new, block_size) + 1)
+    num_blocks = width * (num_blocks_for(len(prompt) + num_new, block_size) + 1)
     cache = PagedKVCache(
         model.config,
         num_blocks,
@@ -124,39 +126,36 @@ def _beam_search(
         enable_prefix_caching=False,
     )
     manager = cache.manager
-    manager.allocate(0, prompt)
-    cache.schedule([0])
-    logits = model(torch.tensor([prompt], device=device), cache, last_only=True)[:, -1]  # (1, vocab)
+    tokens = {0: prompt}  # seq_id -> its tokens: this loop owns every beam's list
+    manager.allocate(0, tokens[0])
+    logits = prefill(model, cache, 0, tokens[0], 0)[None]  # (1, vocab)
     beams, next_id = [0], 1
     scores = torch.zeros(1, dtype=torch.float64, device=device)
     used, unshared = [], []
     for step in range(num_new):
-        parents, tokens, best = _top_candidates(scores, logits, width)
+        parents, chosen, best = _top_candidates(scores, logits, width)
         new_beams = []
         for parent in parents:  # the first candidate of a beam continues it; the others fork it
             if beams[parent] in new_beams:
-                manager.fork(beams[parent], next_id)
+                tokens[next_id] = manager.fork(beams[parent], next_id)
                 new_beams.append(next_id)
                 next_id += 1
             else:
                 new_beams.append(beams[parent])
         for seq in set(beams) - set(new_beams):
             manager.free(seq)
+            del tokens[seq]
         beams, scores = new_beams, torch.tensor(best, dtype=torch.float64, device=device)
         if step == num_new - 1:
             break
-        for seq, token in zip(beams, tokens):
-            manager.append_slot(seq, token)
-        for values, value in zip((used, unshared), _count(manager, beams)):
+        for seq, token in zip(beams, chosen, strict=True):
+            tokens[seq].append(token)
+        logits = decode_step(model, cache, beams, [tokens[seq] for seq in beams])  # (width, vocab)
+        # the forward pass changed no block (no prefix cache): the counts of the step's slots
+        for values, value in zip((used, unshared), _count(manager, beams), strict=True):
             values.append(value)
-        cache.schedule(beams)
-        logits = model(torch.tensor(tokens, device=device)[:, None], cache, last_only=True)[
-            :, -1
-        ]  # (width, vocab)
-    final = [manager.token_ids(seq) + [token] for seq, token in zip(beams, tokens)]
-    return BeamRun(
-        final, scores.tolist(), SharingCount(np.array(used), np.array(unshared)), manager.num_copies
-    )
+    final = [tokens[seq] + [token] for seq, token in zip(beams, chosen, strict=True)]
+    return BeamRun(final, scores.tolist(), SharingCount(np.array(used), np.array(unshared)), cache.num_copies)
 
 
 @torch.inference_mode()
@@ -170,6 +169,6 @@ def beam_search_reference(
     for _ in range(num_new):
         logits = torch.cat([model(torch.tensor([b], device=device), last_only=True)[:, -1] for b in beams])
         parents, tokens, best = _top_candidates(scores, logits, width)
-        beams = [beams[p] + [t] for p, t in zip(parents, tokens)]
+        beams = [beams[p] + [t] for p, t in zip(parents, tokens, strict=True)]
         scores = torch.tensor(best, dtype=torch.float64, device=device)
     return beams, scores.tolist()

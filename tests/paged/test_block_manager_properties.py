@@ -1,10 +1,11 @@
 """Property tests (hypothesis) of the paged KV cache.
 
 A state machine drives a :class:`PagedKVCache` through random allocate / append / batched
-decode / fork / free steps, with a small token alphabet so that prefix-cache hits are
-frequent and a small pool so that running out is frequent. The "model" writes K/V values
-that depend only on the token prefix (as a real model's do), so every sequence knows what
-its stored K/V must be, whoever computed them. After every step:
+decode / fork / free steps (it owns every sequence's token list, as callers do), with a
+small token alphabet so that prefix-cache hits are frequent and a small pool so that
+running out is frequent. The "model" writes K/V values that depend only on the token
+prefix (as a real model's do), so every sequence knows what its stored K/V must be,
+whoever computed them. After every step:
 
 - every block is either free (ref_cnt 0, in the free queue) or referenced, never both;
 - each block's ref_cnt equals the number of block-table entries pointing at it;
@@ -18,7 +19,7 @@ Freeing everything at the end returns the pool to full.
 
 import zlib
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
 from kvlib.paged.kernel_overhead import paged_vs_contiguous_error, random_decode_case
 from kvlib.paged.paged_cache import PagedKVCache
+from kvlib.paged.usage import block_usage
 
 CONFIG = ModelConfig(
     vocab_size=8, d_model=8, num_layers=2, num_heads=2, num_kv_heads=1, d_ff=8, max_seq_len=64
@@ -45,7 +47,7 @@ def one_thread():
         yield
 
 
-@lru_cache(maxsize=None)
+@cache
 def kv_for(prefix: tuple[int, ...]) -> torch.Tensor:
     """K and V of the last token of ``prefix`` in every layer: (2, layers, kv_heads, head_dim)."""
     gen = torch.Generator().manual_seed(zlib.crc32(repr(prefix).encode()))
@@ -64,6 +66,7 @@ class PagedCacheMachine(RuleBasedStateMachine):
     def setup(self, block_size, num_blocks, prefix_caching):
         self.cache = PagedKVCache(CONFIG, num_blocks, block_size, enable_prefix_caching=prefix_caching)
         self.manager = self.cache.manager
+        self.tokens: dict[int, list[int]] = {}  # seq_id -> its token list, which the manager reads
         self.next_id = 0
         self.q_gen = torch.Generator().manual_seed(0)
 
@@ -83,9 +86,9 @@ class PagedCacheMachine(RuleBasedStateMachine):
         for layer in range(CONFIG.num_layers):
             q = torch.randn(len(seq_ids), CONFIG.num_heads, num_new, CONFIG.head_dim, generator=self.q_gen)
             k = torch.stack(
-                [kv[0, layer, :, start:] for kv, start in zip(full, starts)]
+                [kv[0, layer, :, start:] for kv, start in zip(full, starts, strict=True)]
             )  # (batch, kv_heads, new, head_dim)
-            v = torch.stack([kv[1, layer, :, start:] for kv, start in zip(full, starts)])
+            v = torch.stack([kv[1, layer, :, start:] for kv, start in zip(full, starts, strict=True)])
             out = self.cache.attend(layer, q, k, v)
             for b, kv in enumerate(full):
                 ref = grouped_attention(
@@ -99,9 +102,18 @@ class PagedCacheMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ operations
 
+    def try_append(self, seq_id, token):
+        """Append a token and give it a slot; take it back if no block is free."""
+        self.tokens[seq_id].append(token)
+        slot = self.manager.append_slot(seq_id)
+        if slot is None:
+            self.tokens[seq_id].pop()
+        return slot
+
     @rule(prompt=TOKENS)
     def allocate(self, prompt):
         seq_id, self.next_id = self.next_id, self.next_id + 1
+        prompt = self.tokens[seq_id] = list(prompt)
         free_before = self.manager.num_free_blocks
         if not self.manager.can_allocate(prompt):
             assert self.manager.allocate(seq_id, prompt) is None
@@ -109,6 +121,7 @@ class PagedCacheMachine(RuleBasedStateMachine):
             return
         allocation = self.manager.allocate(seq_id, prompt)
         assert allocation is not None
+        assert self.manager.token_ids(seq_id) == prompt
         cached = allocation.num_cached_tokens
         assert cached % self.manager.block_size == 0 and cached <= len(prompt) - 1
         assert cached == 0 or self.manager.enable_prefix_caching
@@ -121,7 +134,8 @@ class PagedCacheMachine(RuleBasedStateMachine):
         ids = []
         for prompt in (first, first[:shared] + tail):
             seq_id, self.next_id = self.next_id, self.next_id + 1
-            if self.manager.allocate(seq_id, prompt) is not None:
+            self.tokens[seq_id] = list(prompt)
+            if self.manager.allocate(seq_id, self.tokens[seq_id]) is not None:
                 ids.append(seq_id)
         for seq_id in reversed(ids):
             self.forward([seq_id])
@@ -132,10 +146,11 @@ class PagedCacheMachine(RuleBasedStateMachine):
         seq_id = data.draw(st.sampled_from(self.live()))
         before = self.manager.token_ids(seq_id)
         if not self.manager.can_append(seq_id):
-            assert self.manager.append_slot(seq_id, token) is None
+            assert self.try_append(seq_id, token) is None
             assert self.manager.token_ids(seq_id) == before
             return
-        slot = self.manager.append_slot(seq_id, token)
+        slot = self.try_append(seq_id, token)
+        assert self.manager.token_ids(seq_id) == before + [token]
         assert self.manager.ref_cnt(slot // self.manager.block_size) == 1  # never a shared block
         self.forward([seq_id])
 
@@ -145,7 +160,7 @@ class PagedCacheMachine(RuleBasedStateMachine):
         chosen = data.draw(st.lists(st.sampled_from(self.live()), min_size=2, max_size=4, unique=True))
         batch = []
         for seq_id in chosen:
-            if self.manager.append_slot(seq_id, data.draw(st.integers(0, 2))) is not None:
+            if self.try_append(seq_id, data.draw(st.integers(0, 2))) is not None:
                 batch.append(seq_id)
         if batch:
             self.forward(batch)
@@ -156,14 +171,17 @@ class PagedCacheMachine(RuleBasedStateMachine):
         parent = data.draw(st.sampled_from(self.live()))
         child, self.next_id = self.next_id, self.next_id + 1
         free_before = self.manager.num_free_blocks
-        self.manager.fork(parent, child)
+        self.tokens[child] = self.manager.fork(parent, child)
+        assert self.tokens[child] == self.tokens[parent] and self.tokens[child] is not self.tokens[parent]
         assert self.manager.block_table(child) == self.manager.block_table(parent)
         assert self.manager.num_free_blocks == free_before
 
     @precondition(lambda self: self.manager.sequences)
     @rule(data=st.data())
     def free(self, data):
-        self.manager.free(data.draw(st.sampled_from(self.live())))
+        seq_id = data.draw(st.sampled_from(self.live()))
+        self.manager.free(seq_id)
+        del self.tokens[seq_id]
 
     # ------------------------------------------------------------ invariants
 
@@ -192,6 +210,7 @@ class PagedCacheMachine(RuleBasedStateMachine):
         if not hasattr(self, "manager"):
             return
         for seq_id in self.live():
+            assert self.manager.token_ids(seq_id) == self.tokens[seq_id]  # every token has a slot
             tokens, num = self.manager.token_ids(seq_id), self.manager.num_computed(seq_id)
             expected = expected_kv(tokens, num)
             for layer in range(CONFIG.num_layers):
@@ -203,7 +222,7 @@ class PagedCacheMachine(RuleBasedStateMachine):
             return
         for seq_id in self.live():
             self.manager.free(seq_id)
-        usage = self.manager.usage()
+        usage = block_usage(self.manager)
         assert usage.num_free_blocks == usage.num_blocks and usage.num_used_blocks == 0
         assert all(b.ref_cnt == 0 for b in self.manager.pool.blocks)
 

@@ -1,6 +1,6 @@
 """The paged kernel equals contiguous attention, the model generates the same tokens on the paged
-cache as on the contiguous one, and the chapter 3 measurement helpers behave (kvlib.paged_attention,
-kvlib.paged_measure)."""
+cache as on the contiguous one, and the chapter 3 measurement helpers behave (kvlib.paged.kernels,
+kvlib.paged.paged_cache, kvlib.paged.generation, kvlib.paged.kernel_overhead, kvlib.paged.memory_waste)."""
 
 import pytest
 import torch
@@ -17,8 +17,9 @@ from kvlib.paged.kernel_overhead import (
     random_decode_case,
     time_decode_attention,
 )
-from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.paged.memory_waste import reservation_waste
+from kvlib.paged.paged_cache import PagedKVCache
+from kvlib.paged.usage import block_snapshot, block_usage
 
 # float32: paged and contiguous attention add the same products over different numbers of
 # (masked) keys, so they differ by rounding only (observed < 1e-6).
@@ -59,7 +60,7 @@ def test_model_generates_the_same_tokens_on_the_paged_cache(block_size, num_kv_h
     prompts = prompts_of([5, 17, 1, 40])  # one batch of different lengths
     run = generate_paged(model, prompts, 15, block_size=block_size)
     assert run.tokens == [contiguous_tokens(model, p, 15) for p in prompts]
-    assert run.cache.manager.usage().num_sequences == 4
+    assert block_usage(run.cache.manager).num_sequences == 4
 
 
 def test_prefix_caching_skips_the_shared_system_prompt_and_keeps_tokens_identical():
@@ -68,7 +69,6 @@ def test_prefix_caching_skips_the_shared_system_prompt_and_keeps_tokens_identica
     prompts = [system + tail for tail in prompts_of([3, 9, 1], seed=6)]
     run = generate_paged(model, prompts, 8, block_size=8)
     assert [a.num_cached_tokens for a in run.allocations] == [0, 40, 40]  # five full blocks
-    assert run.cache.manager.num_cached_tokens_hit == 80
     assert run.tokens == [contiguous_tokens(model, p, 8) for p in prompts]
 
 
@@ -80,7 +80,7 @@ def test_fork_and_copy_on_write_give_each_branch_its_own_continuation():
     assert all(run.snapshots["fork"].ref_cnt[b] == 3 for b in prompt_blocks)
     after = run.snapshots["copy-on-write"]
     assert [after.ref_cnt[b] for b in prompt_blocks] == [3, 3, 1]  # two branches copied the last block
-    assert run.cache.manager.num_copies == 2
+    assert run.cache.num_copies == 2
     for branch, first in enumerate([7, 11, 7]):
         assert run.tokens[branch] == contiguous_tokens(model, prompt + [first], 5)
     # the copies hold the prompt's K/V: every branch reads back the same prompt K/V
@@ -214,9 +214,9 @@ def test_chapter_3_figures_draw():
     manager = BlockManager(num_blocks=6, block_size=4)
     manager.allocate(0, list(range(6)))
     manager.mark_computed(0)
-    before = manager.snapshot()
+    before = block_snapshot(manager)
     manager.fork(0, 1)
-    fig = draw_block_tables([("before", before), ("after", manager.snapshot())])
+    fig = draw_block_tables([("before", before), ("after", block_snapshot(manager))])
     assert len(fig.axes) == 2
     fig2 = draw_memory_waste({"contiguous": (1.0, 3.0), "paged": (1.0, 0.1)})
     rows = [dict(length=n, block_size=bs, ratio=1.5) for n in (8, 16) for bs in (4, 8)]
@@ -262,7 +262,8 @@ def test_key_mask_is_needed_only_for_several_queries_or_different_lengths():
     assert same.num_keys == 7 and same.bias is None  # single-token steps over one length: nothing to hide
     mixed = key_mask(torch.tensor([3, 5]), num_new=2)
     hidden = torch.isinf(mixed.bias)
-    # query 0 of the 3-token sequence sits at position 1: it sees keys 0-1; query 1 keys 0-2; keys 3-4 are padding
+    # query 0 of the 3-token sequence sits at position 1: it sees keys 0-1; query 1 keys 0-2;
+    # keys 3-4 are padding
     assert hidden[0].tolist() == [[False, False, True, True, True], [False, False, False, True, True]]
     assert hidden[1].tolist() == [[False, False, False, False, True], [False, False, False, False, False]]
     assert key_mask(torch.tensor([3, 5]), 2, lengths=[3, 5]).num_keys == 5
