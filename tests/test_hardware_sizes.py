@@ -5,13 +5,12 @@ from DRAM stays at least four times the cache. One test lists them all, chapter 
 import pytest
 
 from kvlib import measure
-from kvlib.measure import hardware
 from kvlib.cache import decode_speed as decode
 from kvlib.cache import nocache_race as nocache
 from kvlib.cache.contiguous import kv_bytes_per_token
+from kvlib.measure import hardware
 from kvlib.paged import kernel_overhead as paged_measure
-
-MiB = 1 << 20
+from kvlib.units import MiB
 
 
 def sizes_from_the_hardware() -> dict[str, tuple[int, int]]:
