@@ -84,8 +84,9 @@ class Scheduler:
            memory is released, it keeps the tokens it generated, and it goes back to the
            *front* of the queue, to be prefilled again later over its prompt and those
            tokens. This repeats until the slot is found or the request itself was the
-           victim; a request preempted for an older one is skipped. Decodes are never
-           refused for the token budget: a running request is never stalled by newcomers.
+           victim; a request preempted for an older one is skipped. Decodes come before
+           admissions and do not count against the token budget: a newcomer never takes
+           the slot a running request needs.
         3. Prefills: queued requests join in queue order (preempted ones first, then by
            arrival) while fewer than ``max_num_seqs`` run, while their whole sequence (a
            cached prefix included) fits in what is left of ``max_prefill_tokens`` (the
