@@ -81,12 +81,6 @@ class RunResult:
         return int(self.steps["num_seqs"].max())
 
     @property
-    def max_batch(self) -> int:
-        """Old name of :attr:`largest_batch` (``kvlib.sizing.max_batch`` is another idea); kept
-        until its last users (tests/serving/test_engine.py, book/04_serving.ipynb) move."""
-        return self.largest_batch
-
-    @property
     def forward_passes(self) -> int:
         """Forward passes of the real engine's schedule: one per prefilled prompt, and one per step
         for all decoding sequences (:func:`kvlib.serving.engine.execute`). When every pass costs the same
