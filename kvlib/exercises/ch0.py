@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from kvlib.exercises import numeric_answer
+from kvlib.exercises.feedback import numeric_answer
 from kvlib.units import GiB
 
 # ---- 0.1 a median
@@ -24,20 +24,27 @@ def solve_0_1() -> float:
 
 
 def check_0_1(answer):
+    """Exercise 0.1: the median of the five samples (statistics.median, as time_it takes it).
+
+    None if right, else a hint that names the likely mistake.
+    """
     samples = list(SAMPLES_MS)
     return numeric_answer(
         answer,
         statistics.median(samples),
         {
-            statistics.mean(
-                samples
-            ): "that is the mean: the one interrupted sample drags it up; the timer reports the middle sample",
-            min(
-                samples
-            ): "that is the fastest sample, which the chapter divides for ratios; the timer's headline is the median",
-            max(
-                samples
-            ): "that is the slowest sample, the interrupted one; the median is the middle of the sorted samples",
+            statistics.mean(samples): (
+                "that is the mean: the one interrupted sample drags it up; the timer reports the middle "
+                "sample"
+            ),
+            min(samples): (
+                "that is the fastest sample, which the chapter divides for ratios; the timer's headline is "
+                "the median"
+            ),
+            max(samples): (
+                "that is the slowest sample, the interrupted one; the median is the middle of the sorted "
+                "samples"
+            ),
             samples[
                 2
             ]: "that is the third sample as listed; sort the samples first, then take the middle one",
@@ -58,6 +65,10 @@ def solve_0_2() -> float:
 
 
 def check_0_2(answer):
+    """Exercise 0.2: the least time to read the cache once at the given bandwidth, in ms.
+
+    None if right, else a hint that names the likely mistake.
+    """
     num_bytes, rate = CACHE_GIB * GiB, BANDWIDTH_GBPS * 1e9
     return numeric_answer(
         answer,
@@ -69,8 +80,10 @@ def check_0_2(answer):
             * 1e3: "a GiB is 2**30 bytes, not 1e9: the cache is 7% larger than 2e9 bytes",
             num_bytes / rate: "that is in seconds; the question asks for milliseconds",
             num_bytes / rate * 1e6: "that is in microseconds; the question asks for milliseconds",
-            BANDWIDTH_GBPS
-            / CACHE_GIB: "that is bandwidth over size (how many times per second it could be read); time is size over bandwidth",
+            BANDWIDTH_GBPS / CACHE_GIB: (
+                "that is bandwidth over size (how many times per second it could be read); time "
+                "is size over bandwidth"
+            ),
         },
         rel=2e-3,
         what="bytes divided by bytes per second",
@@ -96,6 +109,10 @@ _CASES = (  # (slow samples, fast samples): medians, means and minima all give d
 
 
 def check_0_3(answer):
+    """Exercise 0.3: a reader's speed_ratio function, fed noisy sample pairs, against the book's rule.
+
+    None if right, else a hint that names the likely mistake.
+    """
     if not callable(answer):
         return f"answer with a function speed_ratio(slow_samples, fast_samples), not {type(answer).__name__}"
     for slow, fast in _CASES:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import torch
 
 from kvlib.cache.contiguous import concat_bytes_copied, kv_bytes_per_token
-from kvlib.cache.generation import generate
+from kvlib.cache.generation import generate, generate_encdec
 from kvlib.cache.nocache_race import CPU_CONFIG
-from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
+from kvlib.exercises.feedback import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
+from kvlib.model.encdec import EncoderDecoder
 from kvlib.model.llama import TinyLlama
 
 # ---- 1.1 a quick count
@@ -28,6 +29,10 @@ def solve_1_1() -> int:
 
 
 def check_1_1(answer):
+    """Exercise 1.1: tokens the model runs over in 400 steps without a cache (1 + 2 + ... + 400).
+
+    None if right, else a hint that names the likely mistake.
+    """
     n = 400
     expected = sum(
         1 + step for step in range(n)
@@ -61,6 +66,10 @@ def solve_1_2() -> float:
 
 
 def check_1_2(answer):
+    """Exercise 1.2: the cache's speedup over 400 steps when a step costs o, plus c per token without it.
+
+    None if right, else a hint that names the likely mistake.
+    """
     o, c, n = 1.5e-3, 40e-6, 400
     expected = 1 + c * (n + 1) / (2 * o)
     return numeric_answer(
@@ -101,6 +110,10 @@ def solve_1_3() -> int:
 
 
 def check_1_3(answer):
+    """Exercise 1.3: the bytes a cache grown by concatenation copies (kvlib's own count).
+
+    None if right, else a hint that names the likely mistake.
+    """
     c, n = CPU_CONFIG, 1000
     expected = concat_bytes_copied(c, n)  # unit tests check it against ConcatKVCache's own count
     per_token = kv_bytes_per_token(c)
@@ -114,8 +127,9 @@ def check_1_3(answer):
             expected
             / 2: "a factor 2 is missing: each step copies the keys AND the values, in each of the 2 layers",
             expected / 4: "two factors of 2 are missing: keys AND values, in each of the 2 layers",
-            expected
-            + per_token: "the first step copies nothing (there is no cache yet to copy): the sums start at 2 tokens",
+            expected + per_token: (
+                "the first step copies nothing (there is no cache yet to copy): the sums start at 2 tokens"
+            ),
             per_token
             * n
             * n
@@ -141,9 +155,10 @@ def solve_1_4() -> int:
 
 
 def check_1_4(answer):
-    from kvlib.cache.generation import generate_encdec
-    from kvlib.model.encdec import EncoderDecoder
+    """Exercise 1.4: Whisper-large's cross-attention cache, measured small and scaled to its shape.
 
+    None if right, else a hint that names the likely mistake.
+    """
     w = WHISPER_LARGE
     # Measure the cross-attention bytes of a small float32 model, then scale each factor to Whisper's shape.
     small = ModelConfig(
@@ -160,7 +175,10 @@ def check_1_4(answer):
         answer,
         expected,
         {
-            self_bytes: "that is the SELF-attention cache after 448 tokens; cross-attention K/V cover the 1500 encoder frames",
+            self_bytes: (
+                "that is the SELF-attention cache after 448 tokens; cross-attention K/V cover the "
+                "1500 encoder frames"
+            ),
             expected + self_bytes: "the question asks for the cross-attention cache alone, not both caches",
             expected / 2: "each frame stores a key AND a value per head: a factor 2 is missing",
             expected * 2: "float16 takes 2 bytes per value, not 4",
@@ -186,10 +204,12 @@ class ListKVCache:
         self.batch_size, self.length, self.start = batch_size, 0, 0
 
     def prepare(self, num_new: int) -> torch.Tensor:
+        """Make room for ``num_new`` tokens; their positions, (batch, num_new)."""
         self.start, self.length = self.length, self.length + num_new
         return torch.arange(self.start, self.length).expand(self.batch_size, num_new)
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
+        """Store this step's K and V of ``layer`` and attend ``q`` over every stored key."""
         self.k[layer].append(k)
         self.v[layer].append(v)
         keys, values = torch.cat(self.k[layer], dim=2), torch.cat(self.v[layer], dim=2)
@@ -197,6 +217,7 @@ class ListKVCache:
 
 
 def solve_1_5():
+    """The class itself: :class:`ListKVCache`."""
     return ListKVCache
 
 
@@ -206,20 +227,30 @@ _SMALL = ModelConfig(
 
 
 def check_1_5(answer):
+    """Exercise 1.5: a reader's cache class, run against the contiguous cache on the same model.
+
+    None if right, else a hint that names the likely mistake.
+    """
     if not isinstance(answer, type):
         return f"answer with the class itself (e.g. ListKVCache), not {type(answer).__name__}"
     try:
         probe = answer(_SMALL, 2, 16)
         first, second = probe.prepare(3), probe.prepare(1)
     except Exception as error:  # noqa: BLE001 - the reader's code may fail in any way; say how
-        return f"the class must take (config, batch_size, max_len) and have prepare(num_new); it raised {type(error).__name__}: {error}"
+        return (
+            "the class must take (config, batch_size, max_len) and have prepare(num_new); it raised "
+            f"{type(error).__name__}: {error}"
+        )
     if not (
         torch.is_tensor(first)
         and first.tolist() == [[0, 1, 2]] * 2
         and torch.is_tensor(second)
         and second.tolist() == [[3]] * 2
     ):
-        return "prepare must return the positions of the new tokens, (batch, num_new): 0, 1, 2 for a 3-token prompt, then 3"
+        return (
+            "prepare must return the positions of the new tokens, (batch, num_new): 0, 1, 2 for a "
+            "3-token prompt, then 3"
+        )
     model = TinyLlama(_SMALL).eval()
     prompt = torch.tensor([[5, 7, 11], [13, 17, 19]])
     reference = generate(model, prompt, 8, "none")
@@ -232,8 +263,14 @@ def check_1_5(answer):
                 return f"the model failed with your cache at step {step}: {type(error).__name__}: {error}"
             if not torch.allclose(logits, reference.step_logits[step], atol=1e-4):
                 if step == 0:
-                    return "the prompt's logits are wrong: attend must store k, v and return attention over all stored keys (grouped_attention with q_start)"
-                return f"the prompt was right but step {step} was not: keep every earlier K and V, separately for each layer, and attend to them all"
+                    return (
+                        "the prompt's logits are wrong: attend must store k, v and return attention "
+                        "over all stored keys (grouped_attention with q_start)"
+                    )
+                return (
+                    f"the prompt was right but step {step} was not: keep every earlier K and V, "
+                    "separately for each layer, and attend to them all"
+                )
             tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
     return None
 

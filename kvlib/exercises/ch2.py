@@ -6,7 +6,7 @@ and recognises the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib.exercises import numeric_answer
+from kvlib.exercises.feedback import numeric_answer
 from kvlib.sizing.capacity import max_batch, weight_bytes
 from kvlib.sizing.catalog import catalog_config, catalog_entry
 from kvlib.sizing.spec import bytes_per_token, cache_bytes
@@ -21,6 +21,10 @@ def solve_2_1() -> float:
 
 
 def check_2_1(answer):
+    """Exercise 2.1: Llama-3-70B's cache for 8 x 8,192 tokens in bf16, in GiB (kvlib.sizing).
+
+    None if right, else a hint that names the likely mistake.
+    """
     expected = cache_bytes(catalog_entry("Llama-3-70B").spec, 8192, 8, "bf16") / GiB
     return numeric_answer(
         answer,
@@ -47,15 +51,19 @@ def solve_2_2() -> int:
 
 
 def check_2_2(answer):
+    """Exercise 2.2: Gemma-2-9B's bytes per token, with its explicit head_dim.
+
+    None if right, else a hint that names the likely mistake.
+    """
     gemma = catalog_entry("Gemma-2-9B").spec
     expected = bytes_per_token(gemma)
     return numeric_answer(
         answer,
         expected,
         {
-            expected
-            * 224
-            / 256: "you used hidden_size/num_attention_heads = 224, but Gemma-2 sets head_dim = 256 explicitly",
+            expected * 224 / 256: (
+                "you used hidden_size/num_attention_heads = 224, but Gemma-2 sets head_dim = 256 explicitly"
+            ),
             expected * 2: "you used the 16 attention heads; K and V have num_key_value_heads = 8 heads",
             expected / 2: "count both the key and the value of each KV head",
         },
@@ -74,6 +82,10 @@ def solve_2_3() -> int:
 
 
 def check_2_3(answer):
+    """Exercise 2.3: Gemma-2-9B's cache at 8,192 tokens, its sliding-window layers capped.
+
+    None if right, else a hint that names the likely mistake.
+    """
     gemma = catalog_entry("Gemma-2-9B").spec
     expected = cache_bytes(gemma, 8192)
     per_layer = 2 * 8 * 256 * 2
@@ -84,9 +96,9 @@ def check_2_3(answer):
             42
             * 8192
             * per_layer: "every other layer is a sliding-window layer: it keeps only the last 4,096 tokens",
-            42
-            * 4096
-            * per_layer: "only the even-numbered layers slide; the odd-numbered ones attend to all 8,192 tokens",
+            42 * 4096 * per_layer: (
+                "only the even-numbered layers slide; the odd-numbered ones attend to all 8,192 tokens"
+            ),
             expected * 224 / 256: "right windows, wrong width: Gemma-2's head_dim is 256, not 3584/16 = 224",
         },
         rel=0,
@@ -110,6 +122,10 @@ def solve_2_4() -> dict:
 
 
 def check_2_4(answer):
+    """Exercise 2.4: the largest batch of Llama-3-8B with an fp16 and an int4 cache.
+
+    None if right, else a hint that names the likely mistake.
+    """
     if not isinstance(answer, dict) or set(answer) != {"fp16", "int4"}:
         return 'answer with a dict {"fp16": sequences, "int4": sequences}'
     entry = catalog_entry("Llama-3-8B")
@@ -128,8 +144,14 @@ def check_2_4(answer):
     if answer["fp16"] == (GPU - OVERHEAD) // fp16_seq:
         return "the bf16 weights (2 bytes x 8,030,261,248 parameters) take memory too"
     if answer["fp16"] == right["fp16"]:
-        return "fp16 is right; for int4 count 4 bits per value plus 4 bytes of scale and zero point per 32 values"
-    return "free memory = 80 GiB - weights - 4 GiB; sequences = free // bytes of one 8,192-token cache (round down)"
+        return (
+            "fp16 is right; for int4 count 4 bits per value plus 4 bytes of scale and zero point per 32 "
+            "values"
+        )
+    return (
+        "free memory = 80 GiB - weights - 4 GiB; sequences = free // bytes of one 8,192-token cache "
+        "(round down)"
+    )
 
 
 # ---- 2.5 a config reader
@@ -154,12 +176,18 @@ CHECK_2_5_MODELS = {
     "Llama-2-7B": "the plain multi-head case",
     "Llama-3-8B": "use num_key_value_heads, not num_attention_heads",
     "Gemma-2-9B": "take head_dim from the config when it is there (Gemma-2: 256, not 3584/16)",
-    "Jamba-v0.1": "only layers with i % attn_layer_period == attn_layer_offset are attention layers (4 of 32)",
+    "Jamba-v0.1": (
+        "only layers with i % attn_layer_period == attn_layer_offset are attention layers (4 of 32)"
+    ),
     "Falcon-7B": "Falcon's config says n_layer/n_head and multi_query: true, which means one KV head",
 }
 
 
 def check_2_5(answer):
+    """Exercise 2.5: a reader's config dict -> fp16 bytes per token, fed the catalog's raw configs.
+
+    None if right, else a hint that names the likely mistake.
+    """
     if not callable(answer):
         return "answer with a function that takes a config dict and returns an int"
     for name, lesson in CHECK_2_5_MODELS.items():

@@ -7,23 +7,23 @@ and recognises the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
+from kvlib.exercises.feedback import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.paged.block_manager import BlockManager
+from kvlib.paged.usage import block_usage
 from kvlib.sizing.catalog import catalog_entry
 from kvlib.sizing.spec import bytes_per_token
-from kvlib.units import ceil_div
+from kvlib.units import MiB, ceil_div
 
 LENGTHS = (1000, 37, 16, 1)  # the four requests of exercises 3.1-3.3
 BLOCK_SIZE = 16
-MAX_LEN = 2048
-MiB = 2**20
+CH3_MAX_LEN = 2048  # tokens a contiguous reservation holds (exercise 3.3)
 
 
 def _blocks_used(lengths, block_size: int = BLOCK_SIZE) -> int:
     manager = BlockManager(num_blocks=sum(lengths), block_size=block_size, enable_prefix_caching=False)
     for seq_id, n in enumerate(lengths):
         manager.allocate(seq_id, [0] * n)
-    return manager.usage().num_used_blocks
+    return block_usage(manager).num_used_blocks
 
 
 # ---- 3.1 blocks per request
@@ -35,6 +35,10 @@ def solve_3_1() -> int:
 
 
 def check_3_1(answer):
+    """Exercise 3.1: the blocks the four requests take, counted by the block manager.
+
+    None if right, else a hint that names the likely mistake.
+    """
     expected = _blocks_used(LENGTHS)
     total = sum(LENGTHS)
     return numeric_answer(
@@ -44,8 +48,8 @@ def check_3_1(answer):
             sum(
                 n // BLOCK_SIZE for n in LENGTHS
             ): "you rounded down: a partly filled last block is still a whole block",
-            -(
-                -total // BLOCK_SIZE
+            ceil_div(
+                total, BLOCK_SIZE
             ): "blocks belong to one sequence each: round up per request, not the total",
             total / BLOCK_SIZE: "blocks are whole: round up per request",
         },
@@ -64,6 +68,10 @@ def solve_3_2() -> float:
 
 
 def check_3_2(answer):
+    """Exercise 3.2: what the last blocks' empty slots waste for OPT-13B, in MiB.
+
+    None if right, else a hint that names the likely mistake.
+    """
     per_token = bytes_per_token(catalog_entry("OPT-13B").spec)
     empty = _blocks_used(LENGTHS) * BLOCK_SIZE - sum(LENGTHS)
     expected = empty * per_token / MiB
@@ -93,11 +101,15 @@ def check_3_2(answer):
 
 def solve_3_3() -> float:
     """Reserving 2,048 slots per request: the fraction of reserved slots that stays empty."""
-    return 1 - sum(LENGTHS) / (len(LENGTHS) * MAX_LEN)
+    return 1 - sum(LENGTHS) / (len(LENGTHS) * CH3_MAX_LEN)
 
 
 def check_3_3(answer):
-    used, reserved = sum(LENGTHS), len(LENGTHS) * MAX_LEN
+    """Exercise 3.3: the empty share of slots when every request reserves the maximum length.
+
+    None if right, else a hint that names the likely mistake.
+    """
+    used, reserved = sum(LENGTHS), len(LENGTHS) * CH3_MAX_LEN
     expected = 1 - used / reserved
     return numeric_answer(
         answer,
@@ -126,23 +138,40 @@ def solve_3_4() -> int:
 
 
 def check_3_4(answer):
+    """Exercise 3.4: blocks in use once four forked branches have each appended a token (copy-on-write).
+
+    None if right, else a hint that names the likely mistake.
+    """
     manager = BlockManager(num_blocks=32, block_size=BLOCK_SIZE)
-    manager.allocate(0, list(range(37)))
+    tokens = [list(range(37))]  # each branch's token list, which the caller owns
+    manager.allocate(0, tokens[0])
     manager.mark_computed(0)
-    for child in (1, 2, 3):
-        manager.fork(0, child)
+    tokens += [manager.fork(0, child) for child in (1, 2, 3)]
     for seq in range(4):
-        manager.append_slot(seq, 0)
-    expected = manager.usage().num_used_blocks
+        tokens[seq].append(0)
+        manager.append_slot(seq)
+    expected = block_usage(manager).num_used_blocks
     return numeric_answer(
         answer,
         expected,
         {
-            12: "the branches share the prompt's blocks (fork only increments ref_cnt); only the shared last block is copied",
-            7: "the last branch to append is the block's only user by then (ref_cnt 1): it writes in place, no copy",
-            3: "a branch never writes into a block others still use: the first write to the shared last block copies it",
+            12: (
+                "the branches share the prompt's blocks (fork only increments ref_cnt); only the shared "
+                "last block is copied"
+            ),
+            7: (
+                "the last branch to append is the block's only user by then (ref_cnt 1): it writes in "
+                "place, no copy"
+            ),
+            3: (
+                "a branch never writes into a block others still use: the first write to the shared last "
+                "block copies it"
+            ),
             4: "every branch but the last needs its own copy of the partly filled last block",
-            9: "full blocks are never written again, so they stay shared; only the partly filled last block is copied",
+            9: (
+                "full blocks are never written again, so they stay shared; only the partly filled last "
+                "block is copied"
+            ),
         },
         rel=0,
         what="shared blocks + copies",
@@ -158,6 +187,10 @@ def solve_3_5() -> int:
 
 
 def check_3_5(answer):
+    """Exercise 3.5: the prompt tokens a second request with the same system prompt finds cached.
+
+    None if right, else a hint that names the likely mistake.
+    """
     system, user = list(range(100)), list(range(1000, 1020))
     manager = BlockManager(num_blocks=32, block_size=BLOCK_SIZE)
     manager.allocate(0, system + user)
@@ -167,7 +200,10 @@ def check_3_5(answer):
         answer,
         expected,
         {
-            100: "only FULL blocks are cached, and the 7th block mixes system-prompt and user tokens, so it differs",
+            100: (
+                "only FULL blocks are cached, and the 7th block mixes system-prompt and user tokens, so "
+                "it differs"
+            ),
             112: "round down: the 7th block is not identical in the two requests",
             6: "that is the number of blocks; the question asks for tokens",
         },
@@ -189,6 +225,10 @@ def solve_3_6():
 
 
 def check_3_6(answer):
+    """Exercise 3.6: a reader's slot_mapping function, against the block manager's tables.
+
+    None if right, else a hint that names the likely mistake.
+    """
     if not callable(answer):
         return "answer with a function slot_mapping(block_table, num_tokens, block_size) -> list of slots"
     for block_size, lengths in ((4, (6, 3, 9)), (16, (40, 17)), (1, (5, 2))):
@@ -214,7 +254,10 @@ def check_3_6(answer):
                 )
             if got == list(range(n)):
                 return "the blocks are not contiguous: look each logical block up in the block table"
-            return f"wrong slots for block_size {block_size}, block_table {table}: expected {expected[:6]}..., got {got[:6]}..."
+            return (
+                f"wrong slots for block_size {block_size}, block_table {table}: expected "
+                f"{expected[:6]}..., got {got[:6]}..."
+            )
     return None
 
 

@@ -7,14 +7,14 @@ the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
+from kvlib.exercises.feedback import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.serving.allocators import BuddyAllocator
 from kvlib.serving.gpu_model import kv_budget, roofline_step_model
 from kvlib.serving.placement import reservation_slots
 from kvlib.serving.traces import Request
 from kvlib.units import GiB
 
-MAX_LEN = 2048
+CH4_MAX_LEN = 2048  # the server's max_len in exercises 4.2 and 4.5
 
 # ---- 4.1 the budget
 
@@ -28,6 +28,10 @@ def solve_4_1() -> int:
 
 
 def check_4_1(answer):
+    """Exercise 4.1: the KV blocks Llama-2-7B leaves on a 24 GiB GPU (kvlib.serving.gpu_model).
+
+    None if right, else a hint that names the likely mistake.
+    """
     budget = kv_budget("Llama-2-7B", gpu_bytes=24 * GiB)
     block = budget.bytes_per_token * 16
     return numeric_answer(
@@ -52,25 +56,33 @@ def check_4_1(answer):
 
 
 def solve_4_2() -> int:
-    """pow2 asks for 300 + 512 = 812 slots; the buddy allocator gives a block of 1,024; 600 of them hold tokens."""
+    """pow2 asks for 300 + 512 = 812 slots; the buddy allocator gives a block of 1,024;
+    600 of them hold tokens."""
     return 1024 - (300 + 300)
 
 
 def check_4_2(answer):
+    """Exercise 4.2: the slots of a pow2 reservation's buddy block that never hold a token.
+
+    None if right, else a hint that names the likely mistake.
+    """
     request = Request(0, 0.0, tuple(range(300)), 300)
-    asked = reservation_slots("pow2", request, MAX_LEN)
+    asked = reservation_slots("pow2", request, CH4_MAX_LEN)
     block = BuddyAllocator.footprint(asked)
     return numeric_answer(
         answer,
         block - request.total_len,
         {
-            asked
-            - request.total_len: f"pow2 asks for {asked} slots, but the buddy allocator hands out a power of two: {block}",
+            asked - request.total_len: (
+                f"pow2 asks for {asked} slots, but the buddy allocator hands out a power of two: {block}"
+            ),
             block: "that is the whole block; the question asks how many of its slots never hold a token",
-            block
-            - request.prompt_len: "the output's 300 tokens will fill slots too: subtract the true total length",
-            MAX_LEN
-            - request.total_len: "that is what max reserves in vain; pow2 rounds the OUTPUT up to a power of two",
+            block - request.prompt_len: (
+                "the output's 300 tokens will fill slots too: subtract the true total length"
+            ),
+            CH4_MAX_LEN - request.total_len: (
+                "that is what max reserves in vain; pow2 rounds the OUTPUT up to a power of two"
+            ),
             0: "the oracle's request has no slack, but even its block is rounded to a power of two",
         },
         rel=0,
@@ -87,6 +99,10 @@ def solve_4_3() -> float:
 
 
 def check_4_3(answer):
+    """Exercise 4.3: the average share of a reservation that holds tokens while the output grows.
+
+    None if right, else a hint that names the likely mistake.
+    """
     prompt, output = 100, 400
     expected = sum(prompt + k for k in range(1, output + 1)) / output / (prompt + output)
     return numeric_answer(
@@ -111,19 +127,26 @@ def check_4_3(answer):
 
 
 def solve_4_4() -> float:
-    """Tokens per second = requests per step / step time; the step grows with the batch and the cache it reads."""
+    """Tokens per second = requests per step / step time; the step grows with the batch and
+    the cache it reads."""
     paged = 30 / (16.5e-3 + 82e-6 * 30 + 0.53e-6 * 15_000)
     oracle = 15 / (16.5e-3 + 82e-6 * 15 + 0.53e-6 * 7_500)
     return paged / oracle
 
 
 def check_4_4(answer):
+    """Exercise 4.4: paged's throughput (batch 30) over the oracle's (batch 15) by the roofline step model.
+
+    None if right, else a hint that names the likely mistake.
+    """
     step = roofline_step_model("OPT-13B")
     # 16.5 ms, 82 µs and 0.53 µs, as the exercise states them
     fixed, per_seq, per_token = round(step.fixed_s, 4), round(step.per_seq_s, 6), round(step.per_context_s, 8)
-    rate = lambda batch, context, seq=per_seq, token=per_token: (
-        batch / (fixed + seq * batch + token * context)
-    )  # noqa: E731
+
+    def rate(batch, context, seq=per_seq, token=per_token):
+        """Tokens per second of ``batch`` requests that read ``context`` cached tokens per step."""
+        return batch / (fixed + seq * batch + token * context)
+
     expected = rate(30, 15_000) / rate(15, 7_500)
     return numeric_answer(
         answer,
@@ -137,10 +160,14 @@ def check_4_4(answer):
             / rate(15, 7_500, token=0): "each cached token read also costs 0.53 µs per step",
             rate(30, 15_000, token=1e-3 * 0.53)
             / rate(15, 7_500, token=1e-3 * 0.53): "0.53 µs is 0.53e-6 s, not 0.53e-3",
-            1.0: "each step generates one token per running request: more requests per step means more tokens",
+            1.0: (
+                "each step generates one token per running request: more requests per step means more tokens"
+            ),
         },
         rel=0.01,
-        what="(30 / t_paged) / (15 / t_oracle) with t = 16.5 ms + 82 µs x sequences + 0.53 µs x cached tokens",
+        what=(
+            "(30 / t_paged) / (15 / t_oracle) with t = 16.5 ms + 82 µs x sequences + 0.53 µs x cached tokens"
+        ),
     )
 
 
@@ -157,17 +184,21 @@ def solve_4_5():
 
 
 def check_4_5(answer):
+    """Exercise 4.5: a reader's pow2_slots function, against kvlib.serving.placement's pow2 policy.
+
+    None if right, else a hint that names the likely mistake.
+    """
     if not callable(answer):
         return "answer with a function pow2_slots(prompt_len, output_len, max_len) -> slots"
     cases = [
-        (40, 25, MAX_LEN),
-        (10, 16, MAX_LEN),
-        (1, 1, MAX_LEN),
-        (10, 17, MAX_LEN),
-        (161, 338, MAX_LEN),
-        (500, 512, MAX_LEN),
-        (7, 1000, MAX_LEN),
-        (1500, 540, MAX_LEN),
+        (40, 25, CH4_MAX_LEN),
+        (10, 16, CH4_MAX_LEN),
+        (1, 1, CH4_MAX_LEN),
+        (10, 17, CH4_MAX_LEN),
+        (161, 338, CH4_MAX_LEN),
+        (500, 512, CH4_MAX_LEN),
+        (7, 1000, CH4_MAX_LEN),
+        (1500, 540, CH4_MAX_LEN),
         (300, 300, 700),
         (3, 5, 10),
     ]
@@ -180,15 +211,30 @@ def check_4_5(answer):
         if got == expected:
             continue
         if got == min(max_len, 1 << (prompt + output - 1).bit_length()):
-            return "round the OUTPUT length up to a power of two and add the prompt; the paper's pow2 does not round the prompt"
+            return (
+                "round the OUTPUT length up to a power of two and add the prompt; the paper's pow2 does "
+                "not round the prompt"
+            )
         if got == min(max_len, prompt + output):
-            return "that is the oracle's reservation (the true length); pow2 rounds the output up to a power of two"
+            return (
+                "that is the oracle's reservation (the true length); pow2 rounds the output up to a "
+                "power of two"
+            )
         if output & (output - 1) == 0 and got == min(max_len, prompt + 2 * output):
-            return f"an output of {output} tokens is already a power of two: reserve {output} for it, not twice as much"
+            return (
+                f"an output of {output} tokens is already a power of two: reserve {output} for it, not "
+                "twice as much"
+            )
         if got > max_len:
-            return f"for prompt {prompt}, output {output} you reserve {got}, more than max_len = {max_len}: cap it"
+            return (
+                f"for prompt {prompt}, output {output} you reserve {got}, more than max_len = "
+                f"{max_len}: cap it"
+            )
         if got < prompt + output:
-            return f"for prompt {prompt}, output {output} you reserve only {got}: the reservation must hold the whole request"
+            return (
+                f"for prompt {prompt}, output {output} you reserve only {got}: the reservation must "
+                "hold the whole request"
+            )
         return f"for prompt {prompt}, output {output}, max_len {max_len}: expected {expected}, got {got}"
     return None
 

@@ -9,7 +9,7 @@ the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib import gpus, levers
-from kvlib.exercises import numeric_answer  # a number checked against the mistakes it is known for
+from kvlib.exercises.feedback import numeric_answer  # a number checked against the mistakes it is known for
 from kvlib.units import GiB
 
 # ---- 5.1 the factors multiply
@@ -23,15 +23,20 @@ def solve_5_1() -> int:
 
 
 def check_5_1(answer):
+    """Exercise 5.1: bytes per token after three levers, the product of their factors (kvlib.levers).
+
+    None if right, else a hint that names the likely mistake.
+    """
     chain = levers.lever_chain("Llama-2-7B", levers=levers.LEVERS[:3], dtype="int8")
     expected = chain[-1].bytes_per_token
     return numeric_answer(
         answer,
         expected,
         {
-            expected
-            * 16
-            / 18: "an int8 cache also stores one fp16 scale and one fp16 zero point per 32 numbers: 1.125 bytes per number, not 1",
+            expected * 16 / 18: (
+                "an int8 cache also stores one fp16 scale and one fp16 zero point per 32 numbers: 1.125 "
+                "bytes per number, not 1"
+            ),
             expected * 16 / 9: "you kept 2 bytes per number; the int8 cache takes 1 byte plus its scales",
             expected * 8: "the hybrid keeps attention in 4 of the 32 layers: divide by 8 as well",
             expected * 4: "GQA-8 keeps 8 of the 32 KV heads: divide by 4 as well",
@@ -55,6 +60,10 @@ def solve_5_2() -> int:
 
 
 def check_5_2(answer):
+    """Exercise 5.2: how many tokens of cache the hybrid's fixed Mamba state is worth.
+
+    None if right, else a hint that names the likely mistake.
+    """
     hybrid = levers.lever_chain("Llama-2-7B")[3]
     expected = hybrid.state_bytes / hybrid.bytes_per_token
     return numeric_answer(
@@ -65,7 +74,8 @@ def check_5_2(answer):
             * 32
             / 28: "only the 28 layers without attention are Mamba layers; the other 4 keep the KV cache",
             expected
-            / 2: "half the answer: the variant's cache is fp8 (8,192 bytes per token, not fp16's 16,384), and Mamba "
+            / 2: "half the answer: the variant's cache is fp8 (8,192 bytes per token, not fp16's 16,384), "
+            "and Mamba "
             "has expand x hidden = 2 x 4,096 = 8,192 channels per layer",
             expected
             * 16
@@ -88,14 +98,25 @@ def solve_5_3() -> float:
 
 
 def check_5_3(answer):
+    """Exercise 5.3: the throughput gain of 256 over 128 running sequences on the baseline's step model.
+
+    None if right, else a hint that names the likely mistake.
+    """
     step = levers.variant_step_model(levers.base_variant("Llama-2-7B"))
-    rate = lambda batch: batch / (step.fixed_s + step.per_seq_s * batch)  # noqa: E731
+
+    def rate(batch):
+        """Tokens per second of ``batch`` running sequences."""
+        return batch / (step.fixed_s + step.per_seq_s * batch)
+
     expected = rate(256) / rate(128)
     return numeric_answer(
         answer,
         expected,
         {
-            2.0: "each sequence's token also costs 2 x parameters FLOPs: at these batches compute is no longer free",
+            2.0: (
+                "each sequence's token also costs 2 x parameters FLOPs: at these batches compute is no "
+                "longer free"
+            ),
             1 / expected: "that is batch 128 over batch 256; the question asks 256 over 128",
             1.0: "each step makes one token per sequence: twice the batch makes more tokens per step",
             (256 / (step.fixed_s / 2 + 256 * step.per_seq_s))
@@ -115,6 +136,10 @@ def solve_5_4() -> float:
 
 
 def check_5_4(answer):
+    """Exercise 5.4: the MiB a shared 256-token system prompt saves across 248 requests.
+
+    None if right, else a hint that names the likely mistake.
+    """
     per_token = levers.lever_chain("Llama-2-7B")[5].bytes_per_token
     expected = (248 - 1) * 256 * per_token / 2**20
     return numeric_answer(
@@ -157,8 +182,15 @@ def solve_5_5():
 
 
 def check_5_5(answer):
+    """Exercise 5.5: a reader's kv_slots function, against kvlib.levers.variant_kv_budget.
+
+    None if right, else a hint that names the likely mistake.
+    """
     if not callable(answer):
-        return "answer with a function kv_slots(gpu_bytes, num_parameters, bytes_per_token, state_bytes) -> token slots"
+        return (
+            "answer with a function kv_slots(gpu_bytes, num_parameters, bytes_per_token, state_bytes) "
+            "-> token slots"
+        )
     devices = (gpus.A100_40GB, gpus.GPU("80 GiB GPU", 80 * GiB, 2e12, 5e14))
     variants = levers.lever_chain("Llama-2-7B") + levers.alone_variants("Llama-2-7B")
     for gpu in devices:
@@ -172,18 +204,27 @@ def check_5_5(answer):
                 continue
             label = f"{v.name} on the {gpu.name}"
             if got == budget.kv_bytes // v.bytes_per_token:
-                return f"{label}: a paged cache is handed out in whole blocks of 16; round the slots down to a multiple of 16"
+                return (
+                    f"{label}: a paged cache is handed out in whole blocks of 16; round the slots down "
+                    "to a multiple of 16"
+                )
             if got == budget.num_blocks:
                 return f"{label}: that is in blocks; return token slots (blocks x 16)"
             if (
                 v.state_bytes
                 and got == (budget.kv_bytes + 256 * v.state_bytes) // (16 * v.bytes_per_token) * 16
             ):
-                return f"{label}: set aside the Mamba state of every sequence that may run (256), before the cache"
+                return (
+                    f"{label}: set aside the Mamba state of every sequence that may run (256), before "
+                    "the cache"
+                )
             if got > budget.num_slots:
                 return f"{label}: {got:,} is too many; a server uses only 90% of the GPU's memory"
             if got < budget.num_slots:
-                return f"{label}: {got:,} is too few; fp16 weights take 2 bytes per parameter, and only 256 states are set aside"
+                return (
+                    f"{label}: {got:,} is too few; fp16 weights take 2 bytes per parameter, and only "
+                    "256 states are set aside"
+                )
             return f"{label}: expected {budget.num_slots:,} token slots, got {got:,}"
     return None
 
