@@ -1,12 +1,14 @@
-"""Sphinx extension that makes the published book work offline.
+"""Sphinx extension that makes the published book work offline (every chapter's page).
 
-The HTML of the book loads MathJax (math) and, on pages with ipywidgets, RequireJS and
-the widgets' HTML manager. By default Sphinx and myst-nb take those from CDNs; kvbook
-serves pinned copies instead, so a page renders with no network at all and looks the
-same in ten years. The copies come from ``node_modules/`` (``package.json`` pins them,
-``package-lock.json`` locks them, ``make assets`` fetches them with kvbook_sphinx/assets.py); this extension copies
-the files the pages use into ``_static/offline/`` of the HTML output, and fails the build
-with a one-line fix when they are missing or when a configured script is not local.
+The HTML of the book loads MathJax (math) and, on pages with ipywidgets (such as chapter 2's
+calculator), RequireJS and the widgets' HTML manager. By default Sphinx and myst-nb take
+those from CDNs; kvbook serves pinned copies instead, so a page renders with no network at
+all and looks the same in ten years. The copies come from ``node_modules/`` (``package.json``
+pins them, ``package-lock.json`` locks them, ``make assets`` fetches them with
+kvbook_sphinx/assets.py); this extension copies the files the pages use into
+``_static/offline/`` of the HTML output, and fails the build with a one-line fix when they
+are missing or when a configured script is not local. It also drops the duplicate inline
+script Jupyter Book registers on every page (:func:`drop_duplicate_scripts`).
 
 _config.yml points ``mathjax_path`` and ``nb_ipywidgets_js`` at ``offline/...``, paths
 relative to ``_static/``. The browser tests (tests/browser/) check that no page requests
@@ -25,7 +27,9 @@ from sphinx.errors import ExtensionError
 ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "node_modules"
 VENDOR = "offline"  # under _static/ (the theme itself uses _static/vendor/)
-FIX = "run `make assets` (it fetches the npm packages pinned in package-lock.json; see kvbook_sphinx/assets.py)"
+FIX = (
+    "run `make assets` (it fetches the npm packages pinned in package-lock.json; see kvbook_sphinx/assets.py)"
+)
 
 # source under node_modules/ -> destination under _static/offline/
 ASSETS = {
@@ -52,6 +56,7 @@ def _sources() -> list[tuple[Path, str]]:
 
 
 def _copy_if_changed(source: str, target: str) -> None:
+    """Copy unless ``target`` already holds the same bytes (shutil's ``copy_function``)."""
     # by content: npm gives every unpacked file the same old timestamp, so times cannot tell versions apart
     if not (Path(target).exists() and filecmp.cmp(source, target, shallow=False)):
         shutil.copyfile(source, target)
@@ -62,7 +67,9 @@ def _local_scripts(app: Sphinx) -> list[str]:
     paths = [app.config.mathjax_path, *getattr(app.config, "nb_ipywidgets_js", {}).keys()]
     for path in paths:
         if "://" in path or path.startswith("//"):
-            raise ExtensionError(f"kvbook: {path} is loaded from the network; point it at _static/{VENDOR}/ (see _config.yml)")
+            raise ExtensionError(
+                f"kvbook: {path} is loaded from the network; point it at _static/{VENDOR}/ (see _config.yml)"
+            )
     return paths
 
 
@@ -83,14 +90,21 @@ def copy_assets(app: Sphinx, exception: Exception | None) -> None:
         target = static / VENDOR / dest
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns(*SKIP), copy_function=_copy_if_changed,
-                            dirs_exist_ok=True)
+            shutil.copytree(
+                source,
+                target,
+                ignore=shutil.ignore_patterns(*SKIP),
+                copy_function=_copy_if_changed,
+                dirs_exist_ok=True,
+            )
         else:
             _copy_if_changed(str(source), str(target))
     for path in _local_scripts(app):
         if not (static / path).is_file():
-            raise ExtensionError(f"kvbook: {path} is configured but _static/{path} was not produced; "
-                                 f"the assets in kvbook_sphinx.ASSETS do not contain it")
+            raise ExtensionError(
+                f"kvbook: {path} is configured but _static/{path} was not produced; "
+                f"the assets in kvbook_sphinx.ASSETS do not contain it"
+            )
 
 
 def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
@@ -102,13 +116,17 @@ def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, contex
     unique = {}
     for script in context.get("script_files", []):
         # the two copies differ only in filename None vs "" (an inline script has no file)
-        key = (getattr(script, "filename", script) or "", getattr(script, "priority", 0),
-               tuple(sorted(getattr(script, "attributes", {}).items())))
+        key = (
+            getattr(script, "filename", script) or "",
+            getattr(script, "priority", 0),
+            tuple(sorted(getattr(script, "attributes", {}).items())),
+        )
         unique.setdefault(key, script)
     context["script_files"] = list(unique.values())
 
 
 def setup(app: Sphinx) -> dict:
+    """Sphinx's entry point: connect the checks, the copy and the script filter to the build."""
     app.connect("builder-inited", check_assets)
     app.connect("build-finished", copy_assets)
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)  # after the others added theirs

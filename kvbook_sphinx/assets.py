@@ -37,10 +37,14 @@ def check_integrity(data: bytes, integrity: str, name: str) -> None:
     """Raise if ``data`` does not hash to the lock file's ``sha512-...`` integrity string."""
     algorithm, _, expected = integrity.partition("-")
     if algorithm != "sha512":
-        raise SystemExit(f"kvbook: {name}: unsupported integrity algorithm {algorithm!r} in package-lock.json")
+        raise SystemExit(
+            f"kvbook: {name}: unsupported integrity algorithm {algorithm!r} in package-lock.json"
+        )
     actual = base64.b64encode(hashlib.sha512(data).digest()).decode()
     if actual != expected:
-        raise SystemExit(f"kvbook: {name}: downloaded tarball does not match package-lock.json's integrity hash")
+        raise SystemExit(
+            f"kvbook: {name}: downloaded tarball does not match package-lock.json's integrity hash"
+        )
 
 
 def unpack(data: bytes, target: Path) -> None:
@@ -58,13 +62,19 @@ def unpack(data: bytes, target: Path) -> None:
 
 
 def fetch(root: Path = ROOT, registry: str | None = None) -> None:
+    """Download, verify and unpack each package of :data:`PACKAGES` at its locked version.
+
+    ``registry``: the npm registry (default ``NPM_CONFIG_REGISTRY``, else registry.npmjs.org).
+    """
     registry = registry or os.environ.get("NPM_CONFIG_REGISTRY") or "https://registry.npmjs.org"
     lock = json.loads((root / "package-lock.json").read_text())["packages"]
     wanted = json.loads((root / "package.json").read_text())["dependencies"]
     for name in PACKAGES:
         entry = lock[f"node_modules/{name}"]
         if wanted.get(name) != entry["version"]:
-            raise SystemExit(f"kvbook: {name}: package.json pins {wanted.get(name)}, package-lock.json {entry['version']}")
+            raise SystemExit(
+                f"kvbook: {name}: package.json pins {wanted.get(name)}, package-lock.json {entry['version']}"
+            )
         url = tarball_url(name, entry["version"], registry)
         print(f"assets: {name} {entry['version']}", file=sys.stderr)
         with urllib.request.urlopen(url, timeout=120) as response:
