@@ -66,9 +66,8 @@ def hygiene_problems(path: Path) -> list[str]:
                 problems.append(f"code cell {i} prints a traceback on stderr")
             match = MACHINE_PATH.search(text)
             if match:
-                problems.append(
-                    f"code cell {i} output shows a local path near {text[max(0, match.start() - 20) : match.end() + 20]!r}"
-                )
+                near = text[max(0, match.start() - 20) : match.end() + 20]
+                problems.append(f"code cell {i} output shows a local path near {near!r}")
         problems.extend(f"code cell {i}: {problem}" for problem in unclassified_assertions(cell.source))
     return problems
 

@@ -107,7 +107,8 @@ def test_checker_catches_machine_paths(tmp_path, text):
     [
         "assert x == 3  # [exact] three blocks",
         "# [exact]\nassert x == 3",
-        "# [guaranteed] reading 4x the bytes from DRAM takes 4x the time, give or take noise\nassert 2 < r < 8",
+        "# [guaranteed] reading 4x the bytes from DRAM takes 4x the time, give or take noise\n"
+        "assert 2 < r < 8",
         "# [sanity] catches a probe that returns zero\n# (second line of the comment)\nassert r > 0",
         "for i in range(3):\n    # [exact] one per step\n    assert i < 3",
         "%time x = 1\n# [exact] a magic line is skipped\nassert x == 1",
