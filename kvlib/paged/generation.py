@@ -82,12 +82,6 @@ def greedy(logits: torch.Tensor) -> list[int]:
     return logits.argmax(dim=-1).tolist()
 
 
-def _new_cache(model: TinyLlama, num_blocks: int, block_size: int, device=None) -> PagedKVCache:
-    """A paged cache for ``model`` on its device (or ``device``) in its dtype, prefix caching on."""
-    device = model.lm_head.weight.device if device is None else device
-    return PagedKVCache(model.config, num_blocks, block_size, device=device, dtype=model.lm_head.weight.dtype)
-
-
 @dataclass
 class PagedGeneration:
     """Result of :func:`generate_paged`."""
@@ -104,7 +98,6 @@ def generate_paged(
     num_new: int,
     block_size: int = 16,
     num_blocks: int | None = None,
-    device=None,
 ) -> PagedGeneration:
     """Greedy generation for prompts of different lengths on one :class:`PagedKVCache`.
 
@@ -117,7 +110,7 @@ def generate_paged(
         raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
     if num_blocks is None:
         num_blocks = sum(num_blocks_for(len(p) + num_new, block_size) for p in prompts)
-    cache = _new_cache(model, num_blocks, block_size, device)
+    cache = PagedKVCache.for_model(model, num_blocks, block_size)
     tokens = [list(p) for p in prompts]  # this loop owns every sequence's tokens
     allocations = []
     for seq_id, seq_tokens in enumerate(tokens):
@@ -167,7 +160,7 @@ def decode_branches(
         raise KVLibError("decode_branches needs at least one branch and num_new >= 1")
     if num_blocks is None:
         num_blocks = len(first_tokens) * num_blocks_for(len(prompt) + num_new, block_size)
-    cache = _new_cache(model, num_blocks, block_size)
+    cache = PagedKVCache.for_model(model, num_blocks, block_size)
     manager = cache.manager
     tokens = [list(prompt)]  # this loop owns every branch's tokens
     manager.allocate(0, tokens[0])

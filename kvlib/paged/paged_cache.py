@@ -71,6 +71,14 @@ class PagedKVCache:
         self._batch: list[int] = []
         self._metadata: AttentionMetadata | None = None
 
+    @classmethod
+    def for_model(cls, model, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        """A paged cache shaped for ``model`` (a :class:`~kvlib.model.llama.TinyLlama`), on its
+        device and in its dtype: what every paged generation loop, the engine and its
+        calibration start from."""
+        weight = model.lm_head.weight
+        return cls(model.config, num_blocks, block_size, weight.device, weight.dtype, enable_prefix_caching)
+
     @property
     def block_size(self) -> int:
         """Token slots per block."""

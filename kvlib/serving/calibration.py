@@ -61,14 +61,7 @@ def _decode_step_s(model: TinyLlama, num_seqs: int, length: int, block_size: int
     device = model.lm_head.weight.device
     lengths = decode_lengths(num_seqs, length, block_size)
     num_blocks = num_seqs * num_blocks_for(length + repeats + 2, block_size)
-    cache = PagedKVCache(
-        model.config,
-        num_blocks,
-        block_size,
-        device=device,
-        dtype=model.lm_head.weight.dtype,
-        enable_prefix_caching=False,
-    )
+    cache = PagedKVCache.for_model(model, num_blocks, block_size, enable_prefix_caching=False)
     tokens = [[1] * seq_len for seq_len in lengths]  # this loop owns every sequence's tokens
     for seq, seq_tokens in enumerate(tokens):
         cache.manager.allocate(seq, seq_tokens)

@@ -82,14 +82,7 @@ def run_engine(
     if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
         raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")
     num_blocks = num_slots // block_size + (0 if policy == "paged" else config.max_num_seqs)
-    cache = PagedKVCache(
-        model.config,
-        num_blocks,
-        block_size,
-        device=device,
-        dtype=model.lm_head.weight.dtype,
-        enable_prefix_caching=False,
-    )
+    cache = PagedKVCache.for_model(model, num_blocks, block_size, enable_prefix_caching=False)
     scheduler = Scheduler(
         make_memory(policy, num_slots, max_len, block_size, manager=cache.manager), requests, config
     )

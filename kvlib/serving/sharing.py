@@ -117,14 +117,7 @@ def _beam_search(
     model: TinyLlama, prompt: list[int], width: int, num_new: int, block_size: int, device
 ) -> BeamRun:
     num_blocks = width * (num_blocks_for(len(prompt) + num_new, block_size) + 1)
-    cache = PagedKVCache(
-        model.config,
-        num_blocks,
-        block_size,
-        device=device,
-        dtype=model.lm_head.weight.dtype,
-        enable_prefix_caching=False,
-    )
+    cache = PagedKVCache.for_model(model, num_blocks, block_size, enable_prefix_caching=False)
     manager = cache.manager
     tokens = {0: prompt}  # seq_id -> its tokens: this loop owns every beam's list
     manager.allocate(0, tokens[0])
