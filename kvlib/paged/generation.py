@@ -44,15 +44,20 @@ def prefill(
     return model(uncached, cache, last_only=True)[0, -1]  # (1, 1, vocab) -> (vocab,)
 
 
-def give_slots(cache: PagedKVCache, seq_ids: Sequence[int]) -> None:
-    """Give each sequence's newest token (already appended to its list) a slot; raise if short of blocks."""
+def give_slots(cache: PagedKVCache, seq_ids: Sequence[int], num_steps: int | None = None) -> None:
+    """Give each sequence's newest token (already appended to its list) a slot; raise if short of blocks.
+
+    ``num_steps``, the decode steps run so far, only makes the error say when the cache filled up.
+    """
     manager = cache.manager
     for seq_id in seq_ids:
         if manager.append_slot(seq_id) is None:
-            raise KVLibError(
-                f"the cache of {manager.num_blocks} blocks is full after "
-                f"{manager.num_tokens(seq_id)} tokens of sequence {seq_id}"
+            when = (
+                f"{num_steps} decode steps"
+                if num_steps is not None
+                else f"{manager.num_tokens(seq_id)} tokens"
             )
+            raise KVLibError(f"the cache of {manager.num_blocks} blocks is full after {when}")
 
 
 @torch.inference_mode()
@@ -124,8 +129,9 @@ def generate_paged(
             int(prefill(model, cache, seq_id, seq_tokens, allocation.num_cached_tokens).argmax())
         )
     seq_ids = list(range(len(prompts)))
-    for _ in range(num_new - 1):
-        next_tokens = greedy(decode_step(model, cache, seq_ids, tokens))
+    for step in range(num_new - 1):
+        give_slots(cache, seq_ids, step)
+        next_tokens = greedy(decode_step(model, cache, seq_ids, tokens, append_slots=False))
         for seq_tokens, token in zip(tokens, next_tokens, strict=True):
             seq_tokens.append(token)
     return PagedGeneration(tokens, cache, allocations)
@@ -173,10 +179,10 @@ def decode_branches(
     for step in range(num_new - 1):
         for seq_tokens, token in zip(tokens, next_tokens, strict=True):
             seq_tokens.append(token)
+        give_slots(cache, branches, step)
         if step == 0:  # the slots of the first step, before the forward pass caches any full block
-            give_slots(cache, branches)
             snapshots["copy-on-write"] = block_snapshot(manager)
-        next_tokens = greedy(decode_step(model, cache, branches, tokens, append_slots=step > 0))
+        next_tokens = greedy(decode_step(model, cache, branches, tokens, append_slots=False))
     for seq_tokens, token in zip(tokens, next_tokens, strict=True):
         seq_tokens.append(token)
     return BranchRun(tokens, cache, snapshots)
