@@ -1,5 +1,6 @@
-"""The real engine (kvlib.engine): kvlib.model served on the paged cache under each policy,
-preemption by recomputation that never changes a request's tokens, and the calibration."""
+"""The real engine (kvlib.serving.engine, kvlib.serving.calibration): kvlib.model served on the
+paged cache under each policy, preemption by recomputation that never changes a request's
+tokens, and the calibration."""
 
 import math
 

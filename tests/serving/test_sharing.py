@@ -1,4 +1,4 @@
-"""Memory saved by sharing blocks (kvlib.sharing): parallel sampling and beam search with
+"""Memory saved by sharing blocks (kvlib.serving.sharing): parallel sampling and beam search with
 copy-on-write, checked against exact counts and a beam search without any cache."""
 
 import numpy as np
