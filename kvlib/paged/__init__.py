@@ -6,9 +6,9 @@
   caller owns each sequence's token list, which the manager only reads.
 - ``usage``: what the blocks hold at a moment: statistics (:func:`block_usage`) and
   snapshots for the figures (:func:`block_snapshot`).
-- ``kernels``: decode and prefill attention through block tables (gather, then attend).
 - ``paged_cache``: :class:`PagedKVCache`, the cache the model writes to and reads from, and
-  the :class:`AttentionMetadata` of one forward pass.
+  the :class:`AttentionMetadata` of one forward pass; its attention kernels are in
+  :mod:`kvlib.kernels`.
 - ``generation``: the paged decode loop (:func:`prefill`, :func:`decode_step`), and
   generation of one batch of prompts or of branches sharing a prompt.
 - ``kernel_overhead``: chapter 3's measurements: equality with the contiguous cache and the
@@ -39,16 +39,6 @@ from kvlib.paged.kernel_overhead import (
     timing_case,
     tokens_identical,
 )
-from kvlib.paged.kernels import (
-    QUERY_CHUNK,
-    GatherBuffer,
-    KeyMask,
-    attend_gathered,
-    gather_blocks,
-    key_mask,
-    paged_attention,
-    visibility_bias,
-)
 from kvlib.paged.memory_waste import ReservationWaste, reservation_waste
 from kvlib.paged.paged_cache import AttentionMetadata, PagedKVCache
 from kvlib.paged.usage import BlockSnapshot, BlockUsage, block_snapshot, block_usage, stored_tokens
@@ -63,30 +53,23 @@ __all__ = [
     "BranchRun",
     "DecodeCase",
     "FreeBlockQueue",
-    "GatherBuffer",
     "KERNEL_MIN_LONGEST",
     "KVCacheBlock",
     "KernelSizes",
-    "KeyMask",
     "PagedGeneration",
     "PagedKVCache",
-    "QUERY_CHUNK",
     "ReservationWaste",
     "SequenceBlocks",
-    "attend_gathered",
     "block_snapshot",
     "block_usage",
     "decode_branches",
     "decode_step",
-    "gather_blocks",
     "generate_paged",
     "give_slots",
     "greedy",
     "hash_block_tokens",
     "kernel_sizes",
-    "key_mask",
     "num_blocks_for",
-    "paged_attention",
     "paged_vs_contiguous_error",
     "prefill",
     "random_decode_case",
@@ -95,5 +78,4 @@ __all__ = [
     "time_decode_attention",
     "timing_case",
     "tokens_identical",
-    "visibility_bias",
 ]

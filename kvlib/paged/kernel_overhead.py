@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvlib import KVLibError
+from kvlib.kernels.torch_gather import GatherBuffer, attend_gathered, gather_blocks, paged_attention
 from kvlib.measure.hardware import dram_bytes
 from kvlib.measure.timing import pick_device, round_median, time_interleaved, torch_threads
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.generation import generate_paged
-from kvlib.paged.kernels import GatherBuffer, attend_gathered, gather_blocks, paged_attention
 from kvlib.units import ceil_div
 
 

@@ -4,7 +4,7 @@ The K/V of every layer live in one preallocated pool per layer, shaped
 ``(num_blocks, block_size, num_kv_heads, head_dim)`` as in vLLM. A
 :class:`~kvlib.paged.block_manager.BlockManager` decides which block holds which token;
 this module writes each forward pass's new K/V through the *slot mapping* and reads them
-back through the *block tables* with :func:`kvlib.paged.kernels.paged_attention`. What
+back through the *block tables* with :func:`kvlib.kernels.torch_gather.paged_attention`. What
 one forward pass needs for that, computed once for all layers, is an
 :class:`AttentionMetadata`. The decode loop that drives the cache is in
 :mod:`kvlib.paged.generation`.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.kernels.torch_gather import GatherBuffer, KeyMask, gather_blocks, key_mask, paged_attention
 from kvlib.model.config import ModelConfig
 from kvlib.paged.block_manager import BlockManager
-from kvlib.paged.kernels import GatherBuffer, KeyMask, gather_blocks, key_mask, paged_attention
 
 
 @dataclass(frozen=True)

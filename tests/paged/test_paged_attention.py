@@ -1,5 +1,5 @@
 """The paged kernel equals contiguous attention, the model generates the same tokens on the paged
-cache as on the contiguous one, and the chapter 3 measurement helpers behave (kvlib.paged.kernels,
+cache as on the contiguous one, and the chapter 3 measurement helpers behave (kvlib.kernels.torch_gather,
 kvlib.paged.paged_cache, kvlib.paged.generation, kvlib.paged.kernel_overhead, kvlib.paged.memory_waste)."""
 
 import pytest
@@ -227,7 +227,7 @@ def test_chapter_3_figures_draw():
 
 
 def test_gather_buffer_is_reused_and_gives_the_same_result():
-    from kvlib.paged.kernels import GatherBuffer, paged_attention
+    from kvlib.kernels.torch_gather import GatherBuffer, paged_attention
 
     case = random_decode_case([5, 40, 17], 8, 8, 2, head_dim=16, seed=3)
     buffers = (GatherBuffer(), GatherBuffer())
@@ -244,7 +244,7 @@ def test_gather_buffer_is_reused_and_gives_the_same_result():
 
 
 def test_paged_attention_rejects_mismatched_shapes():
-    from kvlib.paged.kernels import paged_attention
+    from kvlib.kernels.torch_gather import paged_attention
 
     case = random_decode_case([5, 9], 4, 8, 2, head_dim=16)
     with pytest.raises(KVLibError, match="batch sizes differ"):
@@ -256,7 +256,7 @@ def test_paged_attention_rejects_mismatched_shapes():
 
 
 def test_key_mask_is_needed_only_for_several_queries_or_different_lengths():
-    from kvlib.paged.kernels import GatherBuffer, key_mask, paged_attention
+    from kvlib.kernels.torch_gather import GatherBuffer, key_mask, paged_attention
 
     same = key_mask(torch.tensor([7, 7, 7]), num_new=1)
     assert same.num_keys == 7 and same.bias is None  # single-token steps over one length: nothing to hide
@@ -279,7 +279,7 @@ def test_key_mask_is_needed_only_for_several_queries_or_different_lengths():
 
 @pytest.mark.parametrize("heads", [(8, 2), (8, 1)], ids=["GQA", "MQA"])
 def test_a_long_prefill_in_chunks_of_queries_equals_contiguous_attention(heads):
-    from kvlib.paged.kernels import QUERY_CHUNK
+    from kvlib.kernels.torch_gather import QUERY_CHUNK
 
     num_new = 2 * QUERY_CHUNK + 37  # three chunks, the last one partial
     case = random_decode_case(

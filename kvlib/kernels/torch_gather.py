@@ -1,14 +1,16 @@
-"""Paged attention in PyTorch: gather a sequence's blocks through its block table, then attend (chapter 3).
+"""The PyTorch reference of paged attention: gather a sequence's blocks through its block table,
+then attend (chapter 3; the oracle the fused kernels of chapters 2 and 3 are tested against).
 
 One layer's K/V pool is shaped ``(num_blocks, block_size, num_kv_heads, head_dim)`` as in
 vLLM. :func:`paged_attention` is the kernel: it gathers each sequence's blocks in
 block-table order (:func:`gather_blocks`: one copy of the K/V it reads, which vLLM's CUDA
-kernel avoids by reading the blocks in place) and attends with each K/V head shared by its
-group of query heads (:func:`attend_gathered`), as :func:`kvlib.model.attention.grouped_attention`
-does for the contiguous cache. :func:`key_mask` hides the keys a query may not see.
-:class:`kvlib.paged.paged_cache.PagedKVCache` calls the kernel in every layer;
-:mod:`kvlib.paged.kernel_overhead` checks that it equals contiguous attention and measures
-what the gather costs.
+kernel, and :mod:`kvlib.kernels.numba_decode` and :mod:`kvlib.kernels.triton_decode`, avoid by
+reading the blocks in place) and attends with each K/V head shared by its group of query heads
+(:func:`attend_gathered`), as :func:`kvlib.model.attention.grouped_attention` does for the
+contiguous cache. :func:`key_mask` hides the keys a query may not see.
+:class:`kvlib.paged.paged_cache.PagedKVCache` calls it for prefills (several new tokens per
+sequence); :mod:`kvlib.paged.kernel_overhead` checks that it equals contiguous attention and
+measures what the gather costs.
 """
 
 from __future__ import annotations
