@@ -1,10 +1,17 @@
 """Contiguous KV caches: one preallocated and written in place, one grown by concatenation.
 
 Both implement the model's two-method cache protocol (:class:`~kvlib.model.config.KVCache`:
-``prepare``, ``attend``) and attend with :func:`~kvlib.model.attention.grouped_attention`. Chapter 1
-compares them: the preallocated cache writes each new token's K and V into its slot,
-while the concatenating cache copies everything it holds at every step, which is the
-trap of growing arrays with ``torch.cat`` / ``np.vstack``. Chapter 2 checks their byte
+``prepare``, ``attend``). Chapter 1 compares them: the preallocated cache writes each new
+token's K and V into its slot, while the concatenating cache copies everything it holds at
+every step, which is the trap of growing arrays with ``torch.cat`` / ``np.vstack``.
+
+The preallocated cache is the lean decode step of chapter 1: a step allocates no cache
+memory (each layer's K/V are views of one reservation, written in place, and the positions
+are a view of one ``arange``), and one new token attends through PyTorch's fused
+:func:`~kvlib.model.attention.sdpa_attention` (faster than
+:func:`~kvlib.model.attention.grouped_attention` at these sizes, equal to float32
+rounding); a prefill of several tokens, and the concatenating cache, use
+:func:`~kvlib.model.attention.grouped_attention`. Chapter 2 checks their byte
 counts against the size formula (:mod:`kvlib.cache.size_check`); chapter 6 reads
 :func:`kv_bytes_per_token`.
 """
@@ -14,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from kvlib import KVLibError
-from kvlib.model.attention import grouped_attention
+from kvlib.model.attention import grouped_attention, sdpa_attention
 from kvlib.model.config import ModelConfig
 
 
@@ -31,6 +38,10 @@ class ContiguousKVCache:
         shape = (config.num_layers, batch_size, config.num_kv_heads, max_len, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        # per layer: a view of self.k / self.v, (batch, kv_heads, max_len, head_dim)
+        self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
+        # (batch, max_len): every slot's position, of which prepare hands out views
+        self.positions = torch.arange(max_len, device=device).expand(batch_size, max_len)
         self.max_len = max_len  # tokens per sequence the reservation holds
         self.length = 0  # tokens per sequence filled (after the current step's prepare)
         self._start = 0  # position of the current step's first new token
@@ -45,8 +56,7 @@ class ContiguousKVCache:
         if self.length + num_new > self.max_len:
             raise KVLibError(f"cache full: {self.length} + {num_new} tokens exceed max_len {self.max_len}")
         self._start, self.length = self.length, self.length + num_new
-        batch = self.k.shape[1]
-        return torch.arange(self._start, self.length, device=self.k.device).expand(batch, num_new)
+        return self.positions[:, self._start : self.length]  # (batch, num_new): a view
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
         """Write k, v (batch, kv_heads, num_new, head_dim) into their slots; attend q over all filled slots.
@@ -54,10 +64,12 @@ class ContiguousKVCache:
         q: (batch, heads, num_new, head_dim); returns (batch, heads, num_new, head_dim).
         """
         start, end = self._start, self.length
-        self.k[layer, :, :, start:end] = k  # write in place: no copy of what is already stored
-        self.v[layer, :, :, start:end] = v
-        keys = self.k[layer, :, :, :end]  # (batch, kv_heads, end, head_dim): a view, not a copy
-        values = self.v[layer, :, :, :end]  # (batch, kv_heads, end, head_dim)
+        keys = self.k_layers[layer][:, :, :end]  # (batch, kv_heads, end, head_dim): a view, not a copy
+        values = self.v_layers[layer][:, :, :end]  # (batch, kv_heads, end, head_dim)
+        keys[:, :, start:].copy_(k)  # write the new slots in place: no copy of what is already stored
+        values[:, :, start:].copy_(v)
+        if end - start == 1:  # decode: one query at the end of its keys, PyTorch's fused kernel
+            return sdpa_attention(q, keys, values)  # (batch, heads, 1, head_dim)
         return grouped_attention(q, keys, values, q_start=start)  # (batch, heads, num_new, head_dim)
 
 

@@ -90,8 +90,9 @@ class Generation:
 class Decoder:
     """Greedy decoding of a batch of prompts in one mode, one new token per :meth:`step`.
 
-    ``tokens`` (batch, prompt_len + steps done) holds the prompt and what was generated;
-    ``cache`` is the mode's cache (None for ``"none"``), sized for ``num_new`` tokens.
+    ``tokens`` (batch, prompt_len + steps done) holds the prompt and what was generated, in
+    a buffer sized for ``num_new`` tokens, so a step allocates no token tensor; ``cache`` is
+    the mode's cache (None for ``"none"``), sized the same.
     """
 
     def __init__(self, model: TinyLlama, prompt: torch.Tensor, num_new: int, mode: str = "cache"):
@@ -113,9 +114,18 @@ class Decoder:
             self.cache = ContiguousKVCache(model.config, prompt.shape[0], total, device=prompt.device)
         elif mode == "concat":
             self.cache = ConcatKVCache(model.config, device=prompt.device)
-        self.tokens = prompt
+        batch, prompt_len = prompt.shape
+        # (batch, prompt_len + num_new): the prompt, then each generated token written into its slot
+        self._tokens = torch.empty(batch, total, dtype=torch.long, device=prompt.device)
+        self._tokens[:, :prompt_len] = prompt
+        self._length = prompt_len  # tokens of each sequence so far
         self._next_input = prompt  # what the next forward pass reads when there is a cache
         self.steps_done = 0
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        """The prompt and the tokens generated so far, (batch, prompt_len + steps done): a view."""
+        return self._tokens[:, : self._length]
 
     @torch.inference_mode()
     def step(self) -> torch.Tensor:
@@ -126,9 +136,9 @@ class Decoder:
             )
         model_input = self.tokens if self.cache is None else self._next_input
         logits = self.model(model_input, self.cache, last_only=True)[:, -1]  # (batch, vocab)
-        next_token = logits.argmax(dim=-1, keepdim=True)  # (batch, 1)
-        self.tokens = torch.cat([self.tokens, next_token], dim=1)
-        self._next_input = next_token
+        self._next_input = self._tokens[:, self._length : self._length + 1]  # (batch, 1): the next slot
+        torch.argmax(logits, dim=-1, keepdim=True, out=self._next_input)  # written in place, no torch.cat
+        self._length += 1
         self.steps_done += 1
         return logits
 

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
 from kvlib.model.init import seeded_weights
-from kvlib.model.rotary import apply_rotary, new_token_rotary
+from kvlib.model.rotary import RotaryTable, apply_rotary, new_token_rotary
 
 
 class RMSNorm(nn.Module):
@@ -34,9 +34,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., dim) divided by its root mean square over the last dimension, times the scale."""
-        x32 = x.float()  # (..., dim)
+        x32 = x if x.dtype == torch.float32 else x.float()  # (..., dim); no cast to dispatch when float32
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., dim)
-        return self.weight * x32.to(x.dtype)  # (..., dim)
+        return self.weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))  # (..., dim)
 
 
 class Attention(nn.Module):
@@ -117,6 +117,7 @@ class TinyLlama(nn.Module):
             self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
             self.norm = RMSNorm(config.d_model, config.norm_eps)
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.rotary = RotaryTable(config)  # cos/sin of every position, looked up by each forward pass
 
     def forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
@@ -128,7 +129,7 @@ class TinyLlama(nn.Module):
         last position's logits (``last_only``), which spares the output projection of
         every earlier position, as ``transformers`` does with ``logits_to_keep``.
         """
-        cos, sin = new_token_rotary(tokens, cache, self.config)
+        cos, sin = new_token_rotary(tokens, cache, self.config, self.rotary)
         x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.layers):
             x = block(x, cos, sin, i, cache)  # (batch, seq, d_model)

@@ -6,11 +6,17 @@ from the cache (:meth:`~kvlib.model.config.KVCache.prepare`), so a decode step r
 the new token's query and key; stored keys are kept rotated. The convention (pairs
 ``i, i + head_dim / 2``, float32 angles) is ``transformers``' Llama's, so that the logits of
 :mod:`kvlib.model.hf`'s comparison agree.
+
+A decode step needs the angles of one position per sequence. Computing them costs a dozen
+small operations per step; :class:`RotaryTable` computes every position's once, up to
+``max_seq_len``, and a step looks its rows up (one gather each for cos and sin), as
+``transformers`` and vLLM do with their cos/sin caches.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
 from kvlib import KVLibError
 from kvlib.model.config import KVCache, ModelConfig
@@ -32,9 +38,48 @@ def rotary_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[tor
     return angles.cos(), angles.sin()
 
 
-def new_token_rotary(tokens: torch.Tensor, cache: KVCache | None, config: ModelConfig):
+class RotaryTable:
+    """cos and sin of the rotary angles of positions 0 .. max_seq_len - 1, computed once per device.
+
+    The rows are what :func:`rotary_cos_sin` gives for each position (the same float32
+    arithmetic, elementwise), so looking them up changes no result. The table lives outside
+    the model's parameters and buffers: ``model.half()`` must not round the angles, and the
+    state dict stays Hugging Face's. It is built on first use on each device.
+    """
+
+    def __init__(self, config: ModelConfig):
+        self.max_seq_len = config.max_seq_len
+        self.head_dim = config.head_dim
+        self.theta = config.rope_theta
+        # device -> (cos, sin), each (max_seq_len, head_dim) float32
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of every position on ``device``: each (max_seq_len, head_dim), built once."""
+        device = torch.device(device)
+        if device not in self._tables:
+            positions = torch.arange(self.max_seq_len, device=device)[None]  # (1, max_seq_len)
+            cos, sin = rotary_cos_sin(positions, rotary_inv_freq(self.head_dim, self.theta, device))
+            self._tables[device] = (cos[0, 0], sin[0, 0])  # each (max_seq_len, head_dim)
+        return self._tables[device]
+
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for (batch, seq) positions, each (batch, 1, seq, head_dim): rows of the table.
+
+        Positions must be below ``max_seq_len`` (the caches and decoders check lengths).
+        """
+        cos, sin = self.tables(positions.device)
+        return F.embedding(positions, cos)[:, None], F.embedding(positions, sin)[:, None]
+
+
+def new_token_rotary(
+    tokens: torch.Tensor, cache: KVCache | None, config: ModelConfig, table: RotaryTable | None = None
+):
     """cos and sin for the tokens (batch, seq) of a forward pass: at the positions the cache
-    gives them, or at 0 .. seq-1 when there is no cache and the tokens are the whole sequence."""
+    gives them, or at 0 .. seq-1 when there is no cache and the tokens are the whole sequence.
+
+    With a ``table`` (:class:`RotaryTable`) the angles are looked up, else computed.
+    """
     batch, seq = tokens.shape
     if cache is None:
         if seq > config.max_seq_len:
@@ -42,6 +87,8 @@ def new_token_rotary(tokens: torch.Tensor, cache: KVCache | None, config: ModelC
         positions = torch.arange(seq, device=tokens.device).expand(batch, seq)
     else:
         positions = cache.prepare(seq)
+    if table is not None:
+        return table.lookup(positions)
     return rotary_cos_sin(positions, rotary_inv_freq(config.head_dim, config.rope_theta, tokens.device))
 
 
