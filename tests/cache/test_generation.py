@@ -78,3 +78,17 @@ def test_generate_rejects_bad_input():
         generate(model, prompt, 200)
     with pytest.raises(KVLibError, match="prompt"):
         generate(model, torch.zeros(4, dtype=torch.long), 3)
+
+
+def test_decoder_writes_tokens_into_one_buffer_and_earlier_views_stay_put():
+    model = TinyLlama(SMALL).eval()
+    decoder = Decoder(model, torch.tensor([[3, 1, 4], [1, 5, 9]], dtype=torch.int32), 4)
+    decoder.step()
+    after_one = decoder.tokens
+    buffer = after_one.untyped_storage().data_ptr()
+    for _ in range(3):
+        decoder.step()
+    assert decoder.tokens.untyped_storage().data_ptr() == buffer and decoder.tokens.shape == (2, 7)
+    assert torch.equal(after_one, decoder.tokens[:, :4]) and after_one.shape == (2, 4)
+    assert decoder.tokens.dtype == torch.long
+    assert torch.equal(decoder.tokens[:, :3], torch.tensor([[3, 1, 4], [1, 5, 9]]))

@@ -1,0 +1,91 @@
+"""Tests of kvlib.cache.step_roofline: the arithmetic of a decode step's bound (stubbed probes, not timed)
+and the operator count of the lean step."""
+
+import pytest
+import torch
+
+from kvlib import KVLibError
+from kvlib.cache import step_roofline
+from kvlib.cache.generation import Decoder
+from kvlib.cache.step_roofline import StepRoofline, count_step_ops, measure_decode_step, step_work
+from kvlib.measure.probes import Bandwidth, Compute
+from kvlib.measure.timing import Timing
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from tests.single_thread import one_torch_thread  # noqa: F401
+
+CONFIG = ModelConfig(vocab_size=50, d_model=16, num_layers=2, num_heads=4, num_kv_heads=2, d_ff=24)
+
+
+def _timing(seconds):
+    return Timing(seconds, seconds, seconds, (seconds,))
+
+
+def test_step_work_counts_weights_kv_and_flops_by_hand():
+    work = step_work(CONFIG, num_keys=10, batch=3)
+    # per layer: q, o 16x16 each; k, v 16x8 each; MLP 3 x 16x24; two norms of 16
+    per_layer = 2 * 256 + 2 * 128 + 3 * 384 + 2 * 16
+    assert work.weight_bytes == 4 * (2 * per_layer + 16 + 16 * 50 + 3 * 16)
+    kv_token = 2 * 2 * 8 * 4  # K and V, 2 layers, 2 heads x 4 dims, float32
+    assert work.kv_read_bytes == 3 * 10 * kv_token and work.kv_write_bytes == 3 * kv_token
+    assert work.num_bytes == work.weight_bytes + work.kv_read_bytes + work.kv_write_bytes
+    attention = 2 * 2 * 4 * 4 * 10  # QK^T and weights@V: heads x head_dim x keys, per layer
+    matvec = 2 * (2 * per_layer - 2 * 2 * 16 + 16 * 50)  # 2 FLOPs per projection weight
+    assert work.flops == 3 * (2 * attention + matvec)
+    assert step_work(CONFIG, 10, 1, torch.float16).kv_read_bytes == 10 * kv_token // 2
+
+
+def test_step_work_rejects_bad_sizes():
+    with pytest.raises(KVLibError, match="positive"):
+        step_work(CONFIG, 0)
+
+
+def test_bound_is_the_larger_of_memory_and_compute_time():
+    work = step_roofline.StepWork(weight_bytes=900, kv_read_bytes=90, kv_write_bytes=10, flops=4000)
+    memory_bound = StepRoofline(
+        step_s=4e-6,
+        work=work,
+        bandwidth_bytes_per_s=1e9,
+        peak_flops_per_s=2e9,
+        threads=1,
+        num_ops=10,
+        num_allocating_ops=4,
+        llc_bytes=512,
+    )
+    assert memory_bound.memory_s == pytest.approx(1e-6) and memory_bound.compute_s == pytest.approx(2e-6)
+    assert memory_bound.bound_s == pytest.approx(2e-6)  # 4000 FLOPs at 2 GFLOP/s is the larger
+    assert memory_bound.roofline_fraction == pytest.approx(0.5)
+    assert memory_bound.overhead_s == pytest.approx(2e-6)
+    assert memory_bound.overhead_per_op_s == pytest.approx(2e-7)
+    assert not memory_bound.fits_llc
+
+
+def test_measure_uses_the_given_probes_and_counts_the_step(monkeypatch):
+    def no_probe(*args, **kwargs):
+        raise AssertionError("the given probes must be used, not measured again")
+
+    monkeypatch.setattr(step_roofline, "memory_bandwidth", no_probe)
+    monkeypatch.setattr(step_roofline, "matmul_gflops", no_probe)
+    bandwidth = Bandwidth("cpu", num_bytes=10**9, timing=_timing(0.1), threads=1)  # 10 GB/s
+    compute = Compute("cpu", size=1000, dtype="float32", timing=_timing(0.02), threads=1)  # 100 GFLOP/s
+    model = TinyLlama(CONFIG).eval()
+    result = measure_decode_step(model, torch.zeros(2, 3, dtype=torch.long), 4, 1, bandwidth, compute)
+    assert result.bandwidth_bytes_per_s == pytest.approx(1e10) and result.peak_flops_per_s == pytest.approx(
+        1e11
+    )
+    # 3 prompt tokens + 4 warm-up steps fill 6 slots; the middle timed step (of 4) attends to 9 keys
+    assert result.work == step_work(CONFIG, 9, batch=2)
+    assert result.step_s > 0 and result.threads == 1
+    assert 0 < result.num_allocating_ops < result.num_ops
+
+
+def test_lean_decode_step_dispatches_few_operators():
+    """A decode step of a 2-layer model dispatched 160 aten operators before the lean step and 121
+    after it (torch 2.13: 52 per layer, 17 for the rest); a few more are allowed for other versions."""
+    model = TinyLlama(CONFIG).eval()
+    decoder = Decoder(model, torch.zeros(1, 1, dtype=torch.long), 4)
+    decoder.step()
+    num_ops, num_allocating = count_step_ops(decoder.step)
+    assert num_ops <= 125 and num_allocating < num_ops
+    with pytest.raises(KVLibError):
+        measure_decode_step(model, torch.zeros(1, 1, dtype=torch.long), 0)

@@ -1,0 +1,40 @@
+"""Tests of kvlib.model.rotary: the precomputed table gives the computed angles bit for bit."""
+
+import pytest
+import torch
+
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from kvlib.model.rotary import RotaryTable, new_token_rotary, rotary_cos_sin, rotary_inv_freq
+
+
+@pytest.mark.parametrize("d_model, num_heads", [(64, 1), (384, 6), (64, 8), (32, 4)])
+@pytest.mark.parametrize("batch, seq", [(1, 1), (3, 1), (2, 5)])
+def test_table_rows_equal_the_computed_angles(d_model, num_heads, batch, seq):
+    config = ModelConfig(d_model=d_model, num_heads=num_heads, num_kv_heads=1, max_seq_len=512)
+    table = RotaryTable(config)
+    inv_freq = rotary_inv_freq(config.head_dim, config.rope_theta)
+    for start in (0, 1, 37, 512 - seq):
+        positions = torch.arange(start, start + seq).expand(batch, seq)
+        computed, looked_up = rotary_cos_sin(positions, inv_freq), table.lookup(positions)
+        assert looked_up[0].shape == (batch, 1, seq, config.head_dim)
+        assert torch.equal(computed[0], looked_up[0]) and torch.equal(computed[1], looked_up[1])
+
+
+def test_table_is_built_once_per_device_and_stays_float32():
+    config = ModelConfig(max_seq_len=64)
+    model = TinyLlama(config).eval()
+    first = model.rotary.tables("cpu")
+    assert model.rotary.tables(torch.device("cpu"))[0] is first[0]
+    assert first[0].shape == (64, config.head_dim) and first[0].dtype == torch.float32
+    model.half()  # the angles are not a parameter or buffer: halving the model must not round them
+    assert model.rotary.tables("cpu")[1].dtype == torch.float32
+    assert not any("rotary" in key for key in model.state_dict())
+
+
+def test_new_token_rotary_with_and_without_a_table_agree():
+    config = ModelConfig(max_seq_len=32)
+    tokens = torch.zeros(2, 7, dtype=torch.long)
+    with_table = new_token_rotary(tokens, None, config, RotaryTable(config))
+    without = new_token_rotary(tokens, None, config)
+    assert all(torch.equal(a, b) for a, b in zip(with_table, without, strict=True))
