@@ -1,11 +1,32 @@
 """Attention kernels over a paged KV cache: the PyTorch reference and the fused decode kernels
 (chapter 2's roofline of decode attention, chapter 3's cost of paging).
 
+- ``dispatch``: :func:`decode_attention`, the one entry point (one new token per sequence):
+  input checks, the kernel of the device (:func:`default_kernel`), split-K
+  (:func:`choose_num_splits`), the contiguous baseline (:func:`contiguous_tables`,
+  :func:`as_blocks`) and :func:`kernel_info`.
+- ``numba_decode``: the CPU kernel in numba: blocks read in place through the block table,
+  each K/V row once for its whole query group, online softmax, split-K with a log-sum-exp
+  merge; float16/bfloat16 storage converted from their bits.
+- ``triton_decode``: the same contract on CUDA, in Triton (imported only where Triton is).
 - ``torch_gather``: the readable reference and test oracle: gather each sequence's blocks
   through its block table into one contiguous copy, then attend (:func:`paged_attention`);
   prefills of several tokens per sequence run on it.
+
+``numba_decode`` and ``triton_decode`` are imported on first use, so ``import kvlib.kernels``
+costs neither numba's nor Triton's import.
 """
 
+from kvlib.kernels.dispatch import (
+    KERNELS,
+    MIN_SPLIT_TOKENS,
+    as_blocks,
+    choose_num_splits,
+    contiguous_tables,
+    decode_attention,
+    default_kernel,
+    kernel_info,
+)
 from kvlib.kernels.torch_gather import (
     QUERY_CHUNK,
     GatherBuffer,
@@ -19,10 +40,18 @@ from kvlib.kernels.torch_gather import (
 
 __all__ = [
     "GatherBuffer",
+    "KERNELS",
     "KeyMask",
+    "MIN_SPLIT_TOKENS",
     "QUERY_CHUNK",
+    "as_blocks",
     "attend_gathered",
+    "choose_num_splits",
+    "contiguous_tables",
+    "decode_attention",
+    "default_kernel",
     "gather_blocks",
+    "kernel_info",
     "key_mask",
     "paged_attention",
     "visibility_bias",
