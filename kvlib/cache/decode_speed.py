@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvlib import KVLibError
-from kvlib.measure.hardware import available_memory_bytes, dram_bytes
+from kvlib import KVLibError, kernels
+from kvlib.cache.decode_roofline import kernel_sweep, roof_probes, split_k_speedup
+from kvlib.measure.hardware import all_threads, available_memory_bytes, dram_bytes
 from kvlib.measure.probes import Bandwidth, launch_overhead_s, matmul_gflops, memory_bandwidth
 from kvlib.measure.timing import Timing, clock_for, pick_device, time_it, torch_threads
 from kvlib.model.attention import grouped_attention, repeat_kv_attention, sdpa_attention
@@ -49,6 +50,7 @@ class DecodeSetup:
     num_heads: int = 32  # query heads (Llama-2-7B's)
     head_dim: int = 128
     threads: int | None = None  # torch threads while timing (None: leave torch's setting)
+    kernel: str | None = None  # the kvlib.kernels kernel timed (None: PyTorch's attention, chapter 1's)
 
     @property
     def longest(self) -> int:
@@ -66,10 +68,11 @@ class DecodeSetup:
             "torch's threads" if self.threads is None else f"{self.threads} thread{'s' * (self.threads > 1)}"
         )
         contexts = ", ".join(f"{c:,}" for c in self.contexts)
+        kernel = f", kernel {self.kernel}" if self.kernel else ""
         return (
             f"{self.device.type}, {str(self.dtype).removeprefix('torch.')}, batch {self.batch}, "
             f"{self.num_heads} query heads of {self.head_dim}, KV heads {self.kv_heads}, "
-            f"contexts {contexts}, {threads}"
+            f"contexts {contexts}, {threads}{kernel}"
         )
 
 
@@ -117,6 +120,15 @@ def decode_setup(device: torch.device | str | None = None, threads: int | None =
         min_bytes = 2 * dram_bytes(device)  # K and V are read by separate products: each from DRAM
     longest = longest_context(per_token, min_bytes, DECODE_MIN_LONGEST[device.type])
     return replace(setup, contexts=(longest // 16, longest // 4, longest))
+
+
+def kernel_setup(device: torch.device | str | None = None, kernel: str | None = None) -> DecodeSetup:
+    """:func:`decode_setup`'s shapes for :func:`kvlib.kernels.decode_attention` (``kernel``: None = the
+    device's default): on a CPU on all threads, as the numba kernel runs, and so its probes."""
+    setup = decode_setup(device)
+    kernel = kernels.default_kernel(setup.device) if kernel is None else kernel
+    threads = all_threads() if setup.device.type == "cpu" else None
+    return replace(setup, threads=threads, kernel=kernel)
 
 
 def probe_bandwidth(setup: DecodeSetup) -> Bandwidth:
@@ -314,18 +326,22 @@ def compute_roof(setup: DecodeSetup) -> float:
 
 
 def bench() -> dict:
-    """Benchmarks of this module for ``python -m kvlib bench`` (longest context of :func:`decode_setup`)."""
-    setup = decode_setup()
-    probe = probe_bandwidth(setup)
-    q, k, v = decode_inputs(setup, 8, setup.longest)
-    gqa8 = time_decode(setup, q, k, v, "grouped")
-    repeat = time_decode(setup, q, k, v, "repeat")
-    del q, k, v
-    mha = measure_decode(setup, 32, setup.longest)
-    mqa = measure_decode(setup, 1, setup.longest)
+    """Benchmarks of chapter 2 for ``python -m kvlib bench``: the kernel at the longest context of
+    :func:`kernel_setup` on the roofline, split-K for MQA, and PyTorch's grouped against repeat-K/V."""
+    setup = kernel_setup()
+    at_longest = replace(setup, contexts=(setup.longest,))
+    runs = {m.num_kv_heads: m for m in kernel_sweep(at_longest, roof_probes(at_longest))}
+    split = split_k_speedup(setup)
+    torch_setup = decode_setup()
+    q, k, v = decode_inputs(torch_setup, 8, torch_setup.longest)
+    gqa8 = time_decode(torch_setup, q, k, v, "grouped")
+    repeat = time_decode(torch_setup, q, k, v, "repeat")
     return {
-        "decode_attn_bw_fraction": round(mha.gbps / probe.gbps, 3),
-        "gqa8_speedup": round(mha.timing.median_s / gqa8.timing.median_s, 2),
-        "mqa_speedup": round(mha.timing.median_s / mqa.timing.median_s, 2),
+        "kernel": setup.kernel,
+        "decode_attn_bw_fraction": round(runs[32].bw_fraction, 3),
+        "decode_roofline_fraction": {str(kv): round(m.roofline_fraction, 3) for kv, m in runs.items()},
+        "split_k_speedup_mqa": round(split.speedup, 2),
+        "gqa8_speedup": round(runs[32].timing.median_s / runs[8].timing.median_s, 2),
+        "mqa_speedup": round(runs[32].timing.median_s / runs[1].timing.median_s, 2),
         "grouped_vs_repeat_speedup": round(repeat.timing.median_s / gqa8.timing.median_s, 2),
     }

@@ -4,6 +4,9 @@
   contiguously and in shuffled blocks, and the largest difference between the two attentions;
 - :func:`kernel_sizes`, :func:`timing_case` and :func:`time_decode_attention`: the decode
   step of attention timed contiguous, gather alone and paged, at sizes whose K/V come from DRAM;
+- :func:`time_fused_overhead`: the same comparison on the fused kernel of
+  :func:`kvlib.kernels.decode_attention` (numba on a CPU), which reads the blocks in place: the
+  contiguous baseline is the very kernel on contiguous memory through an identity block table;
 - :func:`tokens_identical`: the model generates the same tokens on the paged cache
   (:func:`kvlib.paged.generation.generate_paged`) as on the contiguous one;
 - ``bench()`` for ``python -m kvlib bench``.
@@ -18,9 +21,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvlib import KVLibError
+from kvlib import KVLibError, kernels
 from kvlib.kernels.torch_gather import GatherBuffer, attend_gathered, gather_blocks, paged_attention
-from kvlib.measure.hardware import dram_bytes
+from kvlib.measure.hardware import all_threads, dram_bytes
 from kvlib.measure.timing import pick_device, round_median, time_interleaved, torch_threads
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
@@ -254,6 +257,67 @@ def _time_one_case(length: int, block_size: int, sizes: KernelSizes, device, rou
     )
 
 
+def time_fused_overhead(
+    block_sizes: Sequence[int] = (8, 16, 32, 64, 128),
+    sizes: KernelSizes | None = None,
+    device=None,
+    rounds: int = 7,
+    kernel: str | None = None,
+    lengths: Sequence[int] | None = None,
+) -> list[dict]:
+    """Paged against contiguous on one kernel (default: the device's), for each length and block size.
+
+    ``paged`` reads the shuffled blocks of :func:`timing_case` through their block tables;
+    ``contiguous`` reads the same K and V stored in order, as blocks of the same size behind an
+    identity table (sequence b owns blocks b x n to (b + 1) x n - 1), so both do the same
+    arithmetic and the same table reads and differ only in where each block lies. Interleaved
+    rounds on the wall clock (the kernel runs on all threads); ``ratio`` = paged / contiguous,
+    the median over the rounds of the ratio within a round; ``table_share`` = bytes of block
+    table read per byte of K+V (one 8-byte entry per block and KV head).
+    """
+    device = pick_device() if device is None else torch.device(device)
+    sizes = kernel_sizes(device) if sizes is None else sizes
+    kernel = kernels.default_kernel(device) if kernel is None else kernel
+    threads = all_threads() if device.type == "cpu" else None
+    with torch.inference_mode(), torch_threads(threads):
+        return [
+            _time_fused_case(length, block_size, sizes, device, rounds, kernel)
+            for length in (sizes.lengths if lengths is None else lengths)
+            for block_size in block_sizes
+        ]
+
+
+def _time_fused_case(length: int, block_size: int, sizes: KernelSizes, device, rounds: int, kernel: str):
+    """One row of :func:`time_fused_overhead`; its tensors live only while it runs."""
+    q, k_cache, v_cache, tables, seq_lens, k, v = timing_case(
+        length, block_size, sizes, seed=length + block_size, device=device
+    )
+    q = q.squeeze(2)  # (batch, num_heads, head_dim): one new token per sequence
+    k_in_order, v_in_order = kernels.as_blocks(k, block_size), kernels.as_blocks(v, block_size)  # views
+    identity = kernels.contiguous_tables(sizes.batch, length, block_size, device)
+    timings = time_interleaved(
+        {
+            "contiguous": lambda: kernels.decode_attention(
+                q, k_in_order, v_in_order, identity, seq_lens, kernel=kernel
+            ),
+            "paged": lambda: kernels.decode_attention(q, k_cache, v_cache, tables, seq_lens, kernel=kernel),
+        },
+        rounds=rounds,
+        device=device,
+        clock="wall",
+    )
+    return dict(
+        kernel=kernel,
+        length=length,
+        block_size=block_size,
+        kv_bytes=sizes.kv_bytes(length),
+        table_share=8 * sizes.num_kv_heads * tables.numel() / sizes.kv_bytes(length),
+        contiguous_ms=timings["contiguous"].min_s * 1e3,
+        paged_ms=timings["paged"].min_s * 1e3,
+        ratio=round_median(lambda p, c: p / c, timings["paged"], timings["contiguous"]),
+    )
+
+
 def tokens_identical(
     block_sizes: Sequence[int] = (1, 16, 64), prompt_lens: Sequence[int] = (3, 17, 40), num_new: int = 12
 ) -> bool:
@@ -273,10 +337,15 @@ def tokens_identical(
 
 
 def bench() -> dict:
-    """Benchmarks of chapter 3 for ``python -m kvlib bench``."""
+    """Benchmarks of chapter 3 for ``python -m kvlib bench``: both kernels at the longest length, block 16."""
     device = pick_device()
     sizes = kernel_sizes(device)
-    rows = time_decode_attention(
-        block_sizes=(16,), sizes=replace(sizes, lengths=sizes.lengths[-1:]), device=device
-    )
-    return {"paged_kernel_overhead": round(rows[0]["ratio"], 3), "paged_tokens_identical": tokens_identical()}
+    longest = replace(sizes, lengths=sizes.lengths[-1:])
+    gather = time_decode_attention(block_sizes=(16,), sizes=longest, device=device)[0]
+    fused = time_fused_overhead(block_sizes=(16,), sizes=longest, device=device)[0]
+    return {
+        "kernel": fused["kernel"],
+        "paged_kernel_overhead": round(fused["ratio"], 3),
+        "paged_gather_kernel_overhead": round(gather["ratio"], 3),
+        "paged_tokens_identical": tokens_identical(),
+    }

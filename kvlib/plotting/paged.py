@@ -127,11 +127,14 @@ def draw_memory_waste(schemes: dict[str, tuple[float, float]], unit: str = "MiB"
     return fig
 
 
-def draw_kernel_overhead(rows, paper_range=(1.20, 1.26)):
+def draw_kernel_overhead(
+    rows, paper_range=(1.20, 1.26), title: str = "Paged attention kernel: time relative to contiguous"
+):
     """Chapter 3: paged / contiguous decode-attention time against block size, one line per length,
-    with the vLLM paper's kernel overhead range shaded. ``rows``: dicts with length, block_size, ratio."""
+    with the vLLM paper's kernel overhead range shaded. ``rows``: dicts with length, block_size, ratio
+    (the gather kernel's rows, or the fused kernel's, named by ``title``)."""
     fig, ax = axes(
-        "Paged attention kernel: time relative to contiguous",
+        title,
         "block size (tokens)",
         "paged / contiguous time",
         logx=True,

@@ -1,11 +1,16 @@
-"""Tests of kvlib.cache.decode_speed: decode measurements count bytes and FLOPs right;
-per-device sizes keep K/V far beyond CPU caches; bench() reports its fields."""
+"""Tests of kvlib.cache.decode_speed and decode_roofline: decode measurements count bytes and FLOPs
+right; per-device sizes keep K/V far beyond CPU caches; the roofline fractions, ridge point and
+split-K are the stated arithmetic on the timings; bench() reports its fields. Nothing is timed."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from kvlib import KVLibError
+from kvlib.cache import decode_roofline as roofline
 from kvlib.cache import decode_speed as decode
+from kvlib.measure.hardware import all_threads
 
 
 def test_measurement_counts_bytes_and_flops():
@@ -67,20 +72,106 @@ def test_inputs_are_seeded():
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+def _small_kernel_setup(kernel="torch"):
+    return decode.DecodeSetup(
+        torch.device("cpu"),
+        torch.float32,
+        batch=1,
+        contexts=(64,),
+        kv_heads=(8, 2, 1),
+        num_heads=8,
+        head_dim=16,
+        threads=1,
+        kernel=kernel,
+    )
+
+
+def _small_probes(setup):
+    return roofline.RoofProbes(torch.ones(1 << 16), torch.ones(32, 32))
+
+
 def test_bench_fields(monkeypatch):
     small = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(256,), threads=1)
     monkeypatch.setattr(decode, "decode_setup", lambda: small)
     monkeypatch.setattr(
-        decode, "probe_bandwidth", lambda setup: decode.memory_bandwidth(4 << 20, "cpu", repeats=2, threads=1)
+        decode, "kernel_setup", lambda: replace(small, kernel="torch", kv_heads=(32, 8, 4, 1))
     )
+    monkeypatch.setattr(decode, "roof_probes", _small_probes)
     fields = decode.bench()
     assert set(fields) == {
+        "kernel",
         "decode_attn_bw_fraction",
+        "decode_roofline_fraction",
+        "split_k_speedup_mqa",
         "gqa8_speedup",
         "mqa_speedup",
         "grouped_vs_repeat_speedup",
     }
-    assert all(isinstance(v, float) and v > 0 for v in fields.values())
+    assert fields["kernel"] == "torch" and set(fields["decode_roofline_fraction"]) == {"32", "8", "4", "1"}
+    numbers = [v for k, v in fields.items() if k not in ("kernel", "decode_roofline_fraction")]
+    assert all(
+        isinstance(v, float) and v > 0 for v in [*numbers, *fields["decode_roofline_fraction"].values()]
+    )
+
+
+def test_kernel_setup_runs_the_default_kernel_on_all_threads():
+    setup = decode.kernel_setup("cpu")
+    assert setup.threads == all_threads() and setup.kernel == decode.kernels.default_kernel("cpu")
+    assert setup.contexts == decode.decode_setup("cpu").contexts and "kernel" in setup.describe()
+
+
+def test_kernel_inputs_are_contiguous_blocks_behind_an_identity_table():
+    setup = replace(_small_kernel_setup(), batch=2)
+    inputs = roofline.kernel_inputs(setup, 2, 64)
+    assert inputs.q.shape == (2, 8, 16) and inputs.k_cache.shape == (8, 16, 2, 16)
+    assert inputs.block_tables.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and inputs.seq_lens.tolist() == [
+        64,
+        64,
+    ]
+    again = roofline.kernel_inputs(setup, 2, 64)
+    assert torch.equal(inputs.k_cache, again.k_cache) and torch.equal(inputs.q, again.q)  # seeded
+    with pytest.raises(KVLibError, match="multiple of 16"):
+        roofline.kernel_inputs(setup, 2, 60)
+    with pytest.raises(KVLibError, match="must divide"):
+        roofline.kernel_inputs(setup, 3, 64)
+
+
+def test_roofline_fractions_are_round_medians_of_the_bound_over_the_time():
+    def timing(*samples):
+        return decode.Timing(sorted(samples)[1], min(samples), max(samples), samples)
+
+    # 1 KV head of 16 x 64 tokens x 4 B x 2 = 8 KiB; 4 x 8 heads x 64 x 16 = 32,768 FLOPs
+    m = roofline.KernelMeasurement(
+        "torch", 1, 64, 1, 8, 16, 4, 1,
+        timing=timing(2.0, 4.0, 8.0), probe=timing(1.0, 1.0, 1.0), probe_bytes=8192,
+        matmul=timing(1.0, 3.0, 1.0), matmul_flops=32768,
+    )  # fmt: skip
+    assert m.kv_bytes == 8192 and m.flops == 32768 and m.intensity == 4.0
+    assert m.bw_fraction == 0.25  # rounds: 1/2, 1/4, 1/8 of the probe's rate
+    assert m.roofline_fraction == 0.5  # bound per round: max(1, 1), max(1, 3), max(1, 1) over 2, 4, 8
+    assert set(m.row()) >= {"of DRAM probe", "of roofline", "splits"}
+
+
+def test_ridge_point_and_the_group_that_crosses_it():
+    assert roofline.ridge_point(200.0, 25.0) == 8.0  # FLOPs per byte where the roofs meet
+    assert roofline.crossing_group(8.0, 4) == 16.0  # fp32: intensity 2 x group / 4 = 8 at group 16
+    assert roofline.crossing_group(8.0, 2) == 8.0  # fp16 reaches it at half the group
+    with pytest.raises(KVLibError, match="positive"):
+        roofline.ridge_point(0.0, 1.0)
+    with pytest.raises(KVLibError, match="positive"):
+        roofline.crossing_group(1.0, 0)
+
+
+def test_time_kernel_and_split_k_on_a_small_setup():
+    setup = _small_kernel_setup()
+    rows = roofline.kernel_sweep(setup, _small_probes(setup), rounds=1)
+    assert [(m.num_kv_heads, m.context) for m in rows] == [(8, 64), (2, 64), (1, 64)]
+    forced = roofline.time_kernel(
+        setup, roofline.kernel_inputs(setup, 2, 64), _small_probes(setup), 3, rounds=1
+    )
+    assert forced.num_splits == 3 and forced.kernel == "torch" and len(forced.timing.samples) == 1
+    split = roofline.split_k_speedup(setup, rounds=1)
+    assert split.num_splits >= 1 and split.speedup == split.one.min_s / split.split.min_s
 
 
 def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):

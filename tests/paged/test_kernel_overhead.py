@@ -1,0 +1,51 @@
+"""Tests of kvlib.paged.kernel_overhead's fused-kernel comparison: the contiguous baseline is the
+same K/V in order behind an identity block table and computes what the paged kernel computes; the
+rows carry the stated ratio and table share; bench() reports its fields. Nothing is timed."""
+
+import pytest
+import torch
+
+from kvlib import kernels
+from kvlib.paged import kernel_overhead as overhead
+
+SIZES = overhead.KernelSizes(
+    batch=2, num_heads=4, num_kv_heads=2, head_dim=8, lengths=(32,), dtype=torch.float32
+)
+
+
+def test_fused_rows_carry_the_ratio_and_the_table_share():
+    rows = overhead.time_fused_overhead(
+        block_sizes=(4, 8), sizes=SIZES, device="cpu", rounds=1, kernel="torch"
+    )
+    assert [(r["length"], r["block_size"], r["kernel"]) for r in rows] == [(32, 4, "torch"), (32, 8, "torch")]
+    for r in rows:
+        # one 8-byte entry per block and KV head against 2 x 4 bytes x head_dim per token and KV head
+        assert r["table_share"] == pytest.approx(8 / (2 * 4 * 8 * r["block_size"]))
+        assert r["ratio"] == pytest.approx(r["paged_ms"] / r["contiguous_ms"])  # one round: its own ratio
+        assert r["kv_bytes"] == SIZES.kv_bytes(32)
+
+
+def test_the_identity_table_baseline_computes_what_the_paged_kernel_computes():
+    q, k_cache, v_cache, tables, seq_lens, k, v = overhead.timing_case(32, 8, SIZES, seed=3, device="cpu")
+    q = q.squeeze(2)
+    identity = torch.arange(tables.numel()).view(tables.shape)
+    blocks = (-1, 8, SIZES.num_kv_heads, SIZES.head_dim)
+    contiguous = kernels.decode_attention(
+        q, k.reshape(blocks), v.reshape(blocks), identity, seq_lens, kernel="torch"
+    )
+    paged = kernels.decode_attention(q, k_cache, v_cache, tables, seq_lens, kernel="torch")
+    assert torch.allclose(contiguous, paged, atol=1e-5)
+
+
+def test_bench_fields(monkeypatch):
+    monkeypatch.setattr(overhead, "kernel_sizes", lambda device: SIZES)
+    monkeypatch.setattr(overhead, "tokens_identical", lambda: True)
+    fields = overhead.bench()
+    assert set(fields) == {
+        "kernel",
+        "paged_kernel_overhead",
+        "paged_gather_kernel_overhead",
+        "paged_tokens_identical",
+    }
+    assert fields["kernel"] in kernels.KERNELS
+    assert fields["paged_kernel_overhead"] > 0 and fields["paged_gather_kernel_overhead"] > 0
