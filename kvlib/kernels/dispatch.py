@@ -19,7 +19,7 @@ from types import ModuleType
 import torch
 
 from kvlib import KVLibError
-from kvlib.kernels import torch_gather
+from kvlib.kernels.torch_gather import paged_attention
 from kvlib.units import ceil_div
 
 KERNELS = ("torch", "numba", "triton")
@@ -34,7 +34,7 @@ def numba_module() -> ModuleType | None:
     if importlib.util.find_spec("numba") is None:
         return None
     try:
-        from kvlib.kernels import numba_decode
+        import kvlib.kernels.numba_decode as numba_decode
     except ImportError:  # numba present but unusable (e.g. a numpy it does not support)
         return None
     return numba_decode
@@ -153,9 +153,9 @@ def decode_attention(
     _check(q, k_cache, v_cache, block_tables, seq_lens, kernel)
     longest = _check_lengths(k_cache, block_tables, seq_lens) if q.device.type == "cpu" else None
     if kernel == "torch":
-        result = torch_gather.paged_attention(
-            q[:, :, None].to(k_cache.dtype), k_cache, v_cache, block_tables, seq_lens
-        )[:, :, 0]
+        result = paged_attention(q[:, :, None].to(k_cache.dtype), k_cache, v_cache, block_tables, seq_lens)[
+            :, :, 0
+        ]
         return result.to(q.dtype)
     longest = int(seq_lens.max()) if longest is None else longest
     if num_splits is None:

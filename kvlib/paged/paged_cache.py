@@ -4,7 +4,9 @@ The K/V of every layer live in one preallocated pool per layer, shaped
 ``(num_blocks, block_size, num_kv_heads, head_dim)`` as in vLLM. A
 :class:`~kvlib.paged.block_manager.BlockManager` decides which block holds which token;
 this module writes each forward pass's new K/V through the *slot mapping* and reads them
-back through the *block tables* with :func:`kvlib.kernels.torch_gather.paged_attention`. What
+back through the *block tables*: a decode step (one new token per sequence) with the fused
+kernel of :func:`kvlib.kernels.decode_attention` (numba on the CPU, Triton on CUDA), a
+prefill with the gather kernel :func:`kvlib.kernels.torch_gather.paged_attention`. What
 one forward pass needs for that, computed once for all layers, is an
 :class:`AttentionMetadata`. The decode loop that drives the cache is in
 :mod:`kvlib.paged.generation`.
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.kernels.dispatch import decode_attention
 from kvlib.kernels.torch_gather import GatherBuffer, KeyMask, gather_blocks, key_mask, paged_attention
 from kvlib.model.config import ModelConfig
 from kvlib.paged.block_manager import BlockManager
@@ -47,7 +50,13 @@ class PagedKVCache:
       the tokens found in the prefix cache;
     - decode: ``tokens.append(token)`` and ``manager.append_slot(seq)`` for each sequence;
       ``schedule(seqs)``; run one token per sequence.
+
+    ``decode_kernel`` names the kernel of decode steps (see :data:`kvlib.kernels.KERNELS`);
+    None, the default, is the device's (:func:`kvlib.kernels.default_kernel`). Set it on an
+    instance, or on the class to change every cache.
     """
+
+    decode_kernel: str | None = None
 
     def __init__(
         self,
@@ -158,15 +167,25 @@ class PagedKVCache:
         # (batch, kv_heads, new, hd) -> (batch, new, kv_heads, hd) -> (batch * new, kv_heads, hd), batch-major
         self.k[layer].view(flat)[metadata.slot_mapping] = k.transpose(1, 2).reshape(flat)
         self.v[layer].view(flat)[metadata.slot_mapping] = v.transpose(1, 2).reshape(flat)
-        out = paged_attention(
-            q,
-            self.k[layer],  # (num_blocks, block_size, kv_heads, head_dim)
-            self.v[layer],
-            metadata.block_tables,
-            metadata.seq_lens,
-            self._buffers,
-            metadata.mask,
-        )  # (batch, num_heads, num_new, head_dim)
+        if q.shape[2] == 1:  # a decode step: the fused kernel reads the blocks in place
+            out = decode_attention(
+                q[:, :, 0],  # (batch, num_heads, head_dim)
+                self.k[layer],  # (num_blocks, block_size, kv_heads, head_dim)
+                self.v[layer],
+                metadata.block_tables,
+                metadata.seq_lens,
+                kernel=self.decode_kernel,
+            )[:, :, None]  # (batch, num_heads, 1, head_dim)
+        else:  # a prefill: gather, then attend
+            out = paged_attention(
+                q,
+                self.k[layer],
+                self.v[layer],
+                metadata.block_tables,
+                metadata.seq_lens,
+                self._buffers,
+                metadata.mask,
+            )  # (batch, num_heads, num_new, head_dim)
         if layer == self.num_layers - 1:  # the forward pass is complete: these K/V now exist
             for seq_id in self._batch:
                 self.manager.mark_computed(seq_id)

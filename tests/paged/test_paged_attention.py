@@ -1,6 +1,7 @@
 """The paged kernel equals contiguous attention, the model generates the same tokens on the paged
-cache as on the contiguous one, and the chapter 3 measurement helpers behave (kvlib.kernels.torch_gather,
-kvlib.paged.paged_cache, kvlib.paged.generation, kvlib.paged.kernel_overhead, kvlib.paged.memory_waste)."""
+cache as on the contiguous one (with each decode kernel), and the chapter 3 measurement helpers
+behave (kvlib.kernels.torch_gather, kvlib.paged.paged_cache, kvlib.paged.generation,
+kvlib.paged.kernel_overhead, kvlib.paged.memory_waste)."""
 
 import pytest
 import torch
@@ -53,9 +54,14 @@ def test_random_case_rejects_more_new_tokens_than_the_shortest_sequence():
         random_decode_case([2, 5], 4, num_new=3)
 
 
+@pytest.mark.parametrize("kernel", ["torch", "numba"])
 @pytest.mark.parametrize("block_size", [1, 16, 64])
 @pytest.mark.parametrize("num_kv_heads", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
-def test_model_generates_the_same_tokens_on_the_paged_cache(block_size, num_kv_heads):
+def test_model_generates_the_same_tokens_on_the_paged_cache(block_size, num_kv_heads, kernel, monkeypatch):
+    """With each CPU decode kernel (the gather reference and the fused numba kernel)."""
+    if kernel == "numba":
+        pytest.importorskip("numba")
+    monkeypatch.setattr(PagedKVCache, "decode_kernel", kernel)
     model = TinyLlama(ModelConfig(**{**SMALL, "num_kv_heads": num_kv_heads}))
     prompts = prompts_of([5, 17, 1, 40])  # one batch of different lengths
     run = generate_paged(model, prompts, 15, block_size=block_size)
