@@ -54,21 +54,30 @@ class RotaryTable:
         # device -> (cos, sin), each (max_seq_len, head_dim) float32
         self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def tables(self, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of every position on ``device``: each (max_seq_len, head_dim), built once."""
+    def tables(self, device, num_positions: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of positions 0 .. n - 1 on ``device``, each (n, head_dim), built once.
+
+        n is ``max_seq_len``, or more when a caller asks for ``num_positions`` beyond it (a paged
+        cache may hold longer sequences than the model was configured for); the table then
+        grows, with the same rows for the positions it already had.
+        """
         device = torch.device(device)
-        if device not in self._tables:
-            positions = torch.arange(self.max_seq_len, device=device)[None]  # (1, max_seq_len)
+        have = self._tables.get(device)
+        if have is None or have[0].shape[0] < num_positions:
+            length = max(self.max_seq_len, num_positions, 2 * have[0].shape[0] if have else 0)
+            positions = torch.arange(length, device=device)[None]  # (1, length)
             cos, sin = rotary_cos_sin(positions, rotary_inv_freq(self.head_dim, self.theta, device))
-            self._tables[device] = (cos[0, 0], sin[0, 0])  # each (max_seq_len, head_dim)
+            self._tables[device] = (cos[0, 0], sin[0, 0])  # each (length, head_dim)
         return self._tables[device]
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin for (batch, seq) positions, each (batch, 1, seq, head_dim): rows of the table.
 
-        Positions must be below ``max_seq_len`` (the caches and decoders check lengths).
+        A position past the table grows it (see :meth:`tables`).
         """
         cos, sin = self.tables(positions.device)
+        if positions.numel() and int(positions.max()) >= cos.shape[0]:
+            cos, sin = self.tables(positions.device, int(positions.max()) + 1)
         return F.embedding(positions, cos)[:, None], F.embedding(positions, sin)[:, None]
 
 

@@ -38,3 +38,14 @@ def test_new_token_rotary_with_and_without_a_table_agree():
     with_table = new_token_rotary(tokens, None, config, RotaryTable(config))
     without = new_token_rotary(tokens, None, config)
     assert all(torch.equal(a, b) for a, b in zip(with_table, without, strict=True))
+
+
+def test_positions_past_max_seq_len_grow_the_table_with_the_same_rows():
+    """A paged cache may hold sequences longer than the model's max_seq_len (chapter 4's calibration)."""
+    config = ModelConfig(max_seq_len=16)
+    table = RotaryTable(config)
+    positions = torch.tensor([[3, 40]])  # (batch, seq): one inside, one past the table
+    cos, sin = table.lookup(positions)
+    want_cos, want_sin = rotary_cos_sin(positions, rotary_inv_freq(config.head_dim, config.rope_theta, "cpu"))
+    assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
+    assert table.tables("cpu")[0].shape[0] >= 41
