@@ -278,3 +278,16 @@ def split_k_speedup(setup, context: int | None = None, rounds: int = 7) -> Split
             {"one": run(1), "split": run(chosen)}, rounds=rounds, device=setup.device, clock="wall"
         )
     return SplitK(chosen, timings["one"], timings["split"])
+
+
+def split_k_error(setup, context: int | None = None) -> float:
+    """Largest difference between MQA's attention at batch 1 with one split and with the chosen number
+    (the same inputs as :func:`split_k_speedup`): the log-sum-exp merge is exact up to rounding."""
+    context = setup.longest if context is None else context
+    inputs = kernel_inputs(replace(setup, batch=1), 1, context)
+    args = inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_tables, inputs.seq_lens
+    chosen = kernels.choose_num_splits(1, 1, context, num_workers(setup.device))
+    with torch.inference_mode():
+        one = kernels.decode_attention(*args, kernel=setup.kernel, num_splits=1)
+        split = kernels.decode_attention(*args, kernel=setup.kernel, num_splits=chosen)
+    return (one.float() - split.float()).abs().max().item()

@@ -172,6 +172,7 @@ def test_time_kernel_and_split_k_on_a_small_setup():
     assert forced.num_splits == 3 and forced.kernel == "torch" and len(forced.timing.samples) == 1
     split = roofline.split_k_speedup(setup, rounds=1)
     assert split.num_splits >= 1 and split.speedup == split.one.min_s / split.split.min_s
+    assert roofline.split_k_error(setup) < 1e-5
 
 
 def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):
