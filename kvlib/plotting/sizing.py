@@ -94,7 +94,8 @@ def draw_decode_times(measurements: list[DecodeMeasurement]):
 
 
 def draw_roofline(measurements: list[DecodeMeasurement], probe_gbps: float, peak_gflops: float):
-    """Achieved GFLOP/s against FLOPs per byte, under the memory roof (probe) and the compute roof."""
+    """Achieved GFLOP/s against FLOPs per byte, under the memory roof (probe) and the compute roof,
+    with the ridge point (peak / bandwidth, where the roofs meet) marked."""
     fig, ax = axes(
         "Decode attention on a roofline",
         "arithmetic intensity (FLOPs per byte of K/V)",
@@ -102,7 +103,8 @@ def draw_roofline(measurements: list[DecodeMeasurement], probe_gbps: float, peak
         logx=True,
         logy=True,
     )
-    xs = [m.intensity for m in measurements]
+    ridge = peak_gflops / probe_gbps
+    xs = [m.intensity for m in measurements] + [ridge]
     grid = torch.logspace(math.log10(min(xs) / 2), math.log10(max(xs) * 2), 50).tolist()
     ax.plot(
         grid,
@@ -111,6 +113,7 @@ def draw_roofline(measurements: list[DecodeMeasurement], probe_gbps: float, peak
         lw=1,
         label=f"roof: {probe_gbps:.0f} GB/s probe, {peak_gflops:.0f} GFLOP/s matmul",
     )
+    ax.axvline(ridge, color="gray", linestyle=":", lw=1, label=f"ridge point: {ridge:.1f} FLOP/byte")
     contexts = sorted({m.context for m in measurements})
     for context, marker in zip(contexts, "o^sDv", strict=False):
         points = [m for m in measurements if m.context == context]

@@ -190,3 +190,13 @@ def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):
     assert gpu.contexts == (1024, 4096, 16384)
     monkeypatch.setattr(decode, "available_memory_bytes", lambda device: 4 << 30)  # a small GPU caps it
     assert decode.decode_setup("cuda").longest == 8192  # 1 GiB / 128 KiB
+
+
+def test_roofline_figure_marks_the_ridge_point():
+    from kvlib.plotting import draw_roofline
+
+    timing = decode.Timing(1e-3, 1e-3, 1e-3, (1e-3,))
+    m = roofline.KernelMeasurement("torch", 1, 64, 1, 8, 16, 4, 1, timing, timing, 8192, timing, 32768)
+    fig = draw_roofline([m], probe_gbps=10.0, peak_gflops=80.0)
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert "ridge point: 8.0 FLOP/byte" in labels
