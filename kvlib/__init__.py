@@ -5,6 +5,8 @@ One concept per package; each package's docstring lists its modules. Imports poi
 - ``units``, ``gpus``: byte units and ceiling division; GPU data sheets (chapters 4, 5).
 - ``measure``: timer, hardware facts and banner, bandwidth and FLOP probes (chapter 0).
 - ``sizing``: how big a cache is, for any model and GPU; pure arithmetic (chapter 2).
+- ``kernels``: decode attention through block tables: the PyTorch gather reference, the fused
+  numba kernel (CPU) and the Triton kernel (CUDA), chosen per device (chapters 2, 3).
 - ``model``: a tiny Llama, attention variants, an encoder-decoder, the transformers bridge.
 - ``cache``: contiguous caches, generation, FLOP counts, chapter 1's experiments and
   chapter 2's decode speed.

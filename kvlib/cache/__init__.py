@@ -14,6 +14,9 @@
   (chapter 2).
 - ``decode_speed``: chapter 2's decode attention for each number of KV heads on the roofline
   (chapter 6 reuses it).
+- ``decode_roofline``: chapter 2's fused kernel (:mod:`kvlib.kernels`) against the DRAM and
+  matmul probes at the same threads: roofline fractions, the ridge point, split-K.
+- ``step_roofline``: one whole decode step of the model against its roofline bound (chapter 1).
 
 The caches implement :class:`kvlib.model.config.KVCache`; the paged cache is in
 :mod:`kvlib.paged.paged_cache`, one layer up.
@@ -49,6 +52,21 @@ from kvlib.cache.costmodel import (
     growth_exponent,
     step_flops,
 )
+from kvlib.cache.decode_roofline import (
+    IDENTITY_BLOCK_SIZE,
+    KernelInputs,
+    KernelMeasurement,
+    RoofProbes,
+    SplitK,
+    crossing_group,
+    kernel_inputs,
+    kernel_sweep,
+    ridge_point,
+    roof_probes,
+    split_k_error,
+    split_k_speedup,
+    time_kernel,
+)
 from kvlib.cache.decode_speed import (
     DECODE_MIN_LONGEST,
     GPU_LAUNCHES_PER_STEP,
@@ -61,6 +79,7 @@ from kvlib.cache.decode_speed import (
     compute_roof,
     decode_inputs,
     decode_setup,
+    kernel_setup,
     longest_context,
     measure_decode,
     probe_bandwidth,
@@ -91,6 +110,7 @@ from kvlib.cache.size_check import (
     storage_bytes,
     transformers_cache_check,
 )
+from kvlib.cache.step_roofline import StepRoofline, StepWork, count_step_ops, measure_decode_step, step_work
 from kvlib.cache.transformers_race import (
     GENERATORS,
     GeneratorRace,
@@ -122,12 +142,19 @@ __all__ = [
     "Generation",
     "GeneratorRace",
     "HFGeneration",
+    "IDENTITY_BLOCK_SIZE",
     "IMPLEMENTATIONS",
+    "KernelInputs",
+    "KernelMeasurement",
     "MODES",
     "NoCacheSetup",
     "OperationTiming",
     "PARTS",
     "Race",
+    "RoofProbes",
+    "SplitK",
+    "StepRoofline",
+    "StepWork",
     "TrapPoint",
     "bound_breakdown",
     "cached_loop_traffic",
@@ -141,6 +168,8 @@ __all__ = [
     "concat_copy_table",
     "concat_copy_tokens",
     "concat_trap",
+    "count_step_ops",
+    "crossing_group",
     "decode_inputs",
     "decode_setup",
     "estimated_total_s",
@@ -153,6 +182,9 @@ __all__ = [
     "generate_encdec",
     "gpu_batch",
     "growth_exponent",
+    "kernel_inputs",
+    "kernel_setup",
+    "kernel_sweep",
     "kv_bytes_per_token",
     "kvlib_cache_checks",
     "llc_crossing",
@@ -161,20 +193,27 @@ __all__ = [
     "loop_with_cache",
     "loop_without_cache",
     "measure_decode",
+    "measure_decode_step",
     "nocache_setup",
     "probe_bandwidth",
     "race",
     "race_generators",
     "reproduce",
+    "ridge_point",
+    "roof_probes",
     "small_deepseek_config",
     "small_llama_config",
     "speedup_table",
+    "split_k_error",
+    "split_k_speedup",
     "step_flops",
     "step_profile",
+    "step_work",
     "storage_bytes",
     "sweep",
     "time_decode",
     "time_hf_generate",
+    "time_kernel",
     "time_passes",
     "transformers_cache_check",
     "trap_lengths",

@@ -31,7 +31,7 @@ from kvlib.model.hf import (
 )
 from kvlib.model.init import seeded_weights
 from kvlib.model.llama import MLP, Attention, Block, RMSNorm, TinyLlama
-from kvlib.model.rotary import apply_rotary, new_token_rotary, rotary_cos_sin, rotary_inv_freq
+from kvlib.model.rotary import RotaryTable, apply_rotary, new_token_rotary, rotary_cos_sin, rotary_inv_freq
 
 __all__ = [
     "Attention",
@@ -47,6 +47,7 @@ __all__ = [
     "MLP",
     "ModelConfig",
     "RMSNorm",
+    "RotaryTable",
     "TinyLlama",
     "apply_rotary",
     "causal_mask",

@@ -36,6 +36,7 @@ from kvlib.paged.kernel_overhead import (
     paged_vs_contiguous_error,
     random_decode_case,
     time_decode_attention,
+    time_fused_overhead,
     timing_case,
     tokens_identical,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "reservation_waste",
     "stored_tokens",
     "time_decode_attention",
+    "time_fused_overhead",
     "timing_case",
     "tokens_identical",
 ]

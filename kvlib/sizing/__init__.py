@@ -54,6 +54,7 @@ from kvlib.sizing.spec import (
     cached_tokens,
     check_context,
     kv_cache_bytes,
+    require_int,
     token_layer_bytes,
 )
 from kvlib.sizing.web_calculator import (
@@ -109,6 +110,7 @@ __all__ = [
     "max_batch",
     "max_context",
     "report_html",
+    "require_int",
     "resolve_model",
     "script_source",
     "size_summary",
