@@ -192,7 +192,8 @@ def time_kernel(
     batch, num_kv_heads = inputs.seq_lens.shape[0], inputs.k_cache.shape[2]
     context = int(inputs.seq_lens.max())
     if num_splits is None:  # what decode_attention would choose, fixed here so that the row can say it
-        num_splits = kernels.choose_num_splits(batch, num_kv_heads, context, num_workers(setup.device))
+        items = kernels.work_items(setup.kernel, batch, num_kv_heads)
+        num_splits = kernels.choose_num_splits(items, context, num_workers(setup.device))
 
     def step():
         return kernels.decode_attention(
@@ -267,7 +268,9 @@ def split_k_speedup(setup, context: int | None = None, rounds: int = 7) -> Split
     """Split-K for MQA (one KV head) at batch 1 and ``context`` (default: the setup's longest)."""
     context = setup.longest if context is None else context
     inputs = kernel_inputs(replace(setup, batch=1), 1, context)
-    chosen = kernels.choose_num_splits(1, 1, context, num_workers(setup.device))
+    chosen = kernels.choose_num_splits(
+        kernels.work_items(setup.kernel, 1, 1), context, num_workers(setup.device)
+    )
 
     def run(num_splits: int):
         args = inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_tables, inputs.seq_lens
@@ -286,7 +289,9 @@ def split_k_error(setup, context: int | None = None) -> float:
     context = setup.longest if context is None else context
     inputs = kernel_inputs(replace(setup, batch=1), 1, context)
     args = inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_tables, inputs.seq_lens
-    chosen = kernels.choose_num_splits(1, 1, context, num_workers(setup.device))
+    chosen = kernels.choose_num_splits(
+        kernels.work_items(setup.kernel, 1, 1), context, num_workers(setup.device)
+    )
     with torch.inference_mode():
         one = kernels.decode_attention(*args, kernel=setup.kernel, num_splits=1)
         split = kernels.decode_attention(*args, kernel=setup.kernel, num_splits=chosen)

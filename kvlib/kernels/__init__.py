@@ -3,18 +3,20 @@
 
 - ``dispatch``: :func:`decode_attention`, the one entry point (one new token per sequence):
   input checks, the kernel of the device (:func:`default_kernel`), split-K
-  (:func:`choose_num_splits`), the contiguous baseline (:func:`contiguous_tables`,
+  (:func:`work_items`, :func:`choose_num_splits`), the contiguous baseline (:func:`contiguous_tables`,
   :func:`as_blocks`) and :func:`kernel_info`.
-- ``numba_decode``: the CPU kernel in numba: blocks read in place through the block table,
-  each K/V row once for its whole query group, online softmax, split-K with a log-sum-exp
-  merge; float16/bfloat16 storage converted from their bits.
+- ``numba_decode``: the CPU kernel in numba: one work item per sequence (or split of it)
+  walking its blocks in place through the block table, in the order of their memory, each
+  K/V row once for its whole query group, online softmax, split-K with a log-sum-exp merge.
+- ``numba_ops``: its scalar building blocks: float16/bfloat16 bits to float32, the softmax's
+  exponential, the prefetch of the next block.
 - ``triton_decode``: the same contract on CUDA, in Triton (imported only where Triton is).
 - ``torch_gather``: the readable reference and test oracle: gather each sequence's blocks
   through its block table into one contiguous copy, then attend (:func:`paged_attention`);
   prefills of several tokens per sequence run on it.
 
-``numba_decode`` and ``triton_decode`` are imported on first use, so ``import kvlib.kernels``
-costs neither numba's nor Triton's import.
+``numba_decode`` (with ``numba_ops``) and ``triton_decode`` are imported on first use, so
+``import kvlib.kernels`` costs neither numba's nor Triton's import.
 """
 
 from kvlib.kernels.dispatch import (
@@ -26,6 +28,7 @@ from kvlib.kernels.dispatch import (
     decode_attention,
     default_kernel,
     kernel_info,
+    work_items,
 )
 from kvlib.kernels.torch_gather import (
     QUERY_CHUNK,
@@ -55,4 +58,5 @@ __all__ = [
     "key_mask",
     "paged_attention",
     "visibility_bias",
+    "work_items",
 ]

@@ -3,8 +3,8 @@
 :func:`decode_attention` checks its inputs (one clear :class:`~kvlib.KVLibError` line for a
 wrong shape, dtype, device or kernel name), picks the kernel (:func:`default_kernel`: numba
 on the CPU, Triton on CUDA, the PyTorch gather reference where neither can run) and the
-number of context splits (:func:`choose_num_splits`: Flash-Decoding's split-K when
-sequences times KV heads leave threads idle). :func:`contiguous_tables` and
+number of context splits (:func:`choose_num_splits`: Flash-Decoding's split-K when the
+kernel's work items, :func:`work_items`, leave threads idle). :func:`contiguous_tables` and
 :func:`as_blocks` run the same kernel on contiguous memory through an identity block table:
 the baseline that paging's overhead is measured against. :func:`kernel_info` says which
 kernel runs and what its compilation cost, so that every number can name its kernel.
@@ -65,13 +65,20 @@ def num_workers(device: torch.device) -> int:
     return module.numba_threads() if module is not None else torch.get_num_threads()
 
 
-def choose_num_splits(batch: int, num_kv_heads: int, max_seq_len: int, num_threads: int) -> int:
-    """Context splits per sequence: 1 while (sequence, KV head) pairs fill the threads, else enough
-    splits to give every thread one, each at least ``MIN_SPLIT_TOKENS`` long (Flash-Decoding)."""
-    work = batch * num_kv_heads
-    if work >= num_threads:
+def work_items(kernel: str, batch: int, num_kv_heads: int) -> int:
+    """Work items a kernel runs in parallel before any split of the context: the numba kernel
+    takes one per sequence (it walks a block's memory in order, every KV head of a token side
+    by side); the Triton kernel one per (sequence, KV head), as a GPU has many more cores."""
+    return batch * num_kv_heads if kernel == "triton" else batch
+
+
+def choose_num_splits(num_items: int, max_seq_len: int, num_workers: int) -> int:
+    """Context splits per work item: 1 while the ``num_items`` (:func:`work_items`) fill the
+    workers, else enough splits to give every worker one, each at least ``MIN_SPLIT_TOKENS``
+    long (Flash-Decoding's split-K)."""
+    if num_items >= num_workers:
         return 1
-    return max(1, min(ceil_div(num_threads, work), max_seq_len // MIN_SPLIT_TOKENS))
+    return max(1, min(ceil_div(num_workers, num_items), max_seq_len // MIN_SPLIT_TOKENS))
 
 
 def _check(q, k_cache, v_cache, block_tables, seq_lens, kernel) -> None:
@@ -159,7 +166,8 @@ def decode_attention(
         return result.to(q.dtype)
     longest = int(seq_lens.max()) if longest is None else longest
     if num_splits is None:
-        num_splits = choose_num_splits(q.shape[0], k_cache.shape[2], longest, num_workers(q.device))
+        items = work_items(kernel, q.shape[0], k_cache.shape[2])
+        num_splits = choose_num_splits(items, longest, num_workers(q.device))
     if not isinstance(num_splits, int) or num_splits < 1:
         raise KVLibError(f"num_splits must be a positive integer or None, not {num_splits!r}")
     if kernel == "numba":

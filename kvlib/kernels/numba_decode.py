@@ -2,24 +2,33 @@
 
 One new query token per sequence attends over the sequence's keys and values, read *in place*
 from the blocks its block table names: no gather copy (what :mod:`kvlib.kernels.torch_gather`
-makes). The work is parallel over (sequence, KV head, split) and, for each, loops over the
-blocks (block-outer): each K row and each V row of a block is read once, for all the query
-heads of its group (GQA/MQA read a K/V head once per group, not once per query head), and an
-online softmax keeps a running maximum and sum per query head, so that each block's
-probabilities are used at once and never stored for the whole context.
+makes). A work item is one sequence, or one split of its blocks, and it walks its blocks in
+table order (block-outer). Within a block it reads the keys token by token, every KV head of
+a token side by side, which is the order of the block's memory in the cache's ``(num_blocks,
+block_size, num_kv_heads, head_dim)`` layout, so the hardware prefetcher can stream it. Each K
+row and each V row is read once for all the query heads of its group (GQA/MQA read a KV head
+once per group, not once per query head), and an online softmax keeps a running maximum and
+sum per query head, so a block's probabilities are used at once and never stored for the
+whole context. While it computes a block, the kernel prefetches the next block the table
+names (:func:`prefetch_rows`), which no hardware prefetcher can guess.
 
-Split-K (Flash-Decoding): when batch * num_kv_heads is below the thread count, each
+Why not one work item per (sequence, KV head)? Then each item reads one head's rows, which
+lie ``num_kv_heads x head_dim`` elements apart (16 KiB for 32 heads of 128 float32): the
+prefetcher cannot follow that, and such a kernel read at about a third of the DRAM rate.
+
+Split-K (Flash-Decoding): when the batch has fewer sequences than there are threads, each
 sequence's blocks are split into ``num_splits`` ranges, each writing a partial (max, sum,
-weighted sum of V) that a second, small pass merges by log-sum-exp.
+weighted sum of V) that a second, small pass merges by log-sum-exp (:func:`merge_splits`).
 
-Arithmetic is float32 and follows the written order (``fastmath`` off: no reassociation
-the source does not spell out). A dot product adds eight interleaved partial sums, then
-pairs them in a fixed tree: the processor's SIMD lanes get independent additions, and the
-result does not depend on the compiler. numba has no float16 on the CPU, so float16 and
-bfloat16 storage arrive as ``uint16`` arrays and are converted row by row with bit
-operations and an LLVM bitcast (:func:`bits_to_float32`). Compiled code is cached on disk
-(``cache=True``); :func:`jit_seconds` reports what the first call of each storage type cost
-in this process (compilation, or loading the cache).
+Arithmetic is float32. The block loops are compiled with ``fastmath={"reassoc", "contract"}``
+(:data:`SUMS_IN_ANY_ORDER`): LLVM may reorder the sums of a dot product and of a block's
+weights to vectorise them and may fuse multiply-adds; without it the kernel runs several times
+slower. The cost is rounding in another order than the reference's, a few float32 epsilons
+(``tests/kernels/cases.py`` argues the 1e-5 tolerance of the tests). numba has no float16 on
+the CPU, so float16 and bfloat16 storage arrive as ``uint16`` arrays and are converted block
+by block with bit operations and an LLVM bitcast (:func:`bits_to_float32`). Compiled code is
+cached on disk (``cache=True``); :func:`jit_seconds` reports what the first call of each
+storage type cost in this process (compilation, or loading the cache).
 """
 
 from __future__ import annotations
@@ -29,147 +38,25 @@ import time
 import numba
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic, overload
+from numba import njit, prange
 
-FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2  # storage format codes passed to the kernel
+from kvlib.kernels.numba_ops import (
+    BFLOAT16,
+    FLOAT16,
+    FLOAT32,
+    block_rows,
+    exp_nonpositive,
+    prefetch_rows,
+)
+
 FORMATS = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
-HALF_TO_FLOAT_SCALE = np.float32(2.0**112)  # float16 exponent bias 15 -> float32 bias 127
 # LLVM may reassociate float32 sums (vectorise a dot product over head_dim, a sum over a
 # block's tokens) and fuse multiply-adds; never assume no inf/NaN (the running max starts at -inf)
 SUMS_IN_ANY_ORDER = {"reassoc", "contract"}
+TOKENS_AT_ONCE = 4  # K and V rows combined per pass over a row of q or acc: 4 partial sums in flight
 # "float32", "16-bit" (float16 and bfloat16 share the uint16 code) or "merge" -> seconds of the
 # first call in this process
 _JIT_SECONDS: dict[str, float] = {}
-
-
-@intrinsic
-def bits_to_float32(typingctx, bits):
-    """Reinterpret the low 32 bits of an integer as a float32 (LLVM ``trunc`` and ``bitcast``: no
-    conversion). numba widens ``uint32 << uint32`` to 64 bits, hence the truncation."""
-    if not isinstance(bits, types.Integer) or bits.bitwidth < 32:
-        return None
-    sig = types.float32(bits)
-
-    def codegen(context, builder, signature, args):
-        low = builder.trunc(args[0], ir.IntType(32)) if bits.bitwidth > 32 else args[0]
-        return builder.bitcast(low, ir.FloatType())
-
-    return sig, codegen
-
-
-@njit(inline="always")
-def half_to_float(h):
-    """The float32 value of float16 bits ``h`` (a uint16), exact for every input.
-
-    Sign, exponent and mantissa move to their float32 places; the float32 whose exponent is
-    the half's raw exponent, times 2**112, is the half's value, subnormals included (the
-    product of a float32 subnormal and a power of two is exact). All-ones exponents (inf,
-    NaN) get float32's all-ones exponent first, which the product keeps.
-    """
-    x = np.uint32(h)
-    bits = ((x & np.uint32(0x8000)) << np.uint32(16)) | ((x & np.uint32(0x7FFF)) << np.uint32(13))
-    inf_or_nan = np.uint32((x & np.uint32(0x7C00)) == np.uint32(0x7C00))  # 1 or 0, no branch
-    bits |= inf_or_nan * np.uint32(0x7F800000)
-    return bits_to_float32(bits) * HALF_TO_FLOAT_SCALE
-
-
-def stage_row(cache, block, token, head, fmt, row):
-    """Make row ``cache[block, token, head]`` readable as float32 (Python stand-in; numba compiles
-    the overload): float32 storage is read in place, 16-bit storage is converted into ``row``.
-    Rows are indexed element by element, never sliced: a slice in numba is a new array whose
-    reference count every thread would update, in the innermost loop."""
-    raise NotImplementedError("stage_row runs only inside numba-compiled code")
-
-
-@overload(stage_row, inline="always")
-def _stage_row(cache, block, token, head, fmt, row):
-    """float32 storage: nothing to do; uint16 storage: float16 or bfloat16 bits converted."""
-    if cache.dtype == types.float32:
-        return lambda cache, block, token, head, fmt, row: None
-
-    def convert(cache, block, token, head, fmt, row):
-        if fmt == BFLOAT16:  # bfloat16 is the top half of a float32
-            for d in range(row.shape[0]):
-                row[d] = bits_to_float32(np.uint32(cache[block, token, head, d]) << np.uint32(16))
-        else:
-            for d in range(row.shape[0]):
-                row[d] = half_to_float(cache[block, token, head, d])
-
-    return convert
-
-
-def row_dot(q, g, cache, block, token, head, row):
-    """Sum over d of q[g, d] times the staged row (see :func:`stage_row`); compiled by the overload."""
-    raise NotImplementedError("row_dot runs only inside numba-compiled code")
-
-
-@overload(row_dot, inline="always")
-def _row_dot(q, g, cache, block, token, head, row):
-    """float32 storage: the dot with the row in place; uint16: with its converted copy."""
-    if cache.dtype == types.float32:
-
-        def in_place(q, g, cache, block, token, head, row):
-            total = np.float32(0.0)
-            for d in range(q.shape[1]):
-                total += q[g, d] * cache[block, token, head, d]
-            return total
-
-        return in_place
-
-    def staged(q, g, cache, block, token, head, row):
-        total = np.float32(0.0)
-        for d in range(q.shape[1]):
-            total += q[g, d] * row[d]
-        return total
-
-    return staged
-
-
-def row_axpy(acc, g, p, cache, block, token, head, row):
-    """acc[g, :] += p times the staged row (see :func:`stage_row`); compiled by the overload."""
-    raise NotImplementedError("row_axpy runs only inside numba-compiled code")
-
-
-@overload(row_axpy, inline="always")
-def _row_axpy(acc, g, p, cache, block, token, head, row):
-    """float32 storage: the row read in place; uint16: its converted copy."""
-    if cache.dtype == types.float32:
-
-        def in_place(acc, g, p, cache, block, token, head, row):
-            for d in range(acc.shape[1]):
-                acc[g, d] += p * cache[block, token, head, d]
-
-        return in_place
-
-    def staged(acc, g, p, cache, block, token, head, row):
-        for d in range(acc.shape[1]):
-            acc[g, d] += p * row[d]
-
-    return staged
-
-
-# Cephes' expf: e**x = 2**n * e**r with n = round(x / ln 2) and |r| <= ln(2) / 2, ln 2 split in
-# two constants so that x - n ln 2 is exact, and a degree-5 polynomial for e**r (error ~1 ulp)
-LN2_HIGH, LN2_LOW = np.float32(0.693359375), np.float32(-2.12194440e-4)
-LOG2E = np.float32(1.44269504088896341)
-EXP_POLY = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3))
-EXP_POLY2 = tuple(np.float32(c) for c in (4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
-EXP_MIN = np.float32(-87.0)  # below: e**x < 2**-125, returned as 0 (so is exp(-inf))
-
-
-@njit(inline="always")
-def exp_nonpositive(x):
-    """e**x for float32 x <= 0 (softmax weights: scores minus their running max) in arithmetic that
-    vectorises: a libm call per score would cost more than the score's dot product."""
-    n = np.floor(max(x, EXP_MIN) * LOG2E + np.float32(0.5))
-    r = (x - n * LN2_HIGH) - n * LN2_LOW
-    c0, c1, c2 = EXP_POLY
-    c3, c4, c5 = EXP_POLY2
-    poly = (((((c0 * r + c1) * r + c2) * r + c3) * r + c4) * r + c5) * r * r + r + np.float32(1.0)
-    scale = bits_to_float32((np.int64(n) + np.int64(127)) << np.int64(23))  # 2**n, n in [-126, 0]
-    return poly * scale if x >= EXP_MIN else np.float32(0.0)
 
 
 @njit(inline="always")
@@ -194,42 +81,136 @@ def rescale(scores, num, g, m, denom, acc):
     denom[g] += total
 
 
-@njit(cache=True, fastmath=SUMS_IN_ANY_ORDER)
-def attend_range(q, k, v, table, first_block, end_block, seq_len, head, fmt, m, denom, acc):
-    """Online softmax of one group's queries over blocks ``[first_block, end_block)`` of one sequence.
+@njit(inline="always")
+def dot(q, qh, rows, block, t, h):
+    """q[qh] . rows[block, t, h]: one query head's score of one key, unscaled."""
+    total = np.float32(0.0)
+    for d in range(q.shape[1]):
+        total += q[qh, d] * rows[block, t, h, d]
+    return total
 
-    q: (group, head_dim) float32; k, v: (num_blocks, block_size, num_kv_heads, head_dim)
-    table: (max_blocks,) the sequence's block table; head: the KV head
-    m, denom: (group,) running max and sum of exp(score - max) (the softmax's denominator);
-    acc: (group, head_dim), the sum of exp(score - max) * V rows, not yet divided by ``denom``.
-    All three are set here.
+
+@njit(inline="always")
+def block_scores(q, keys, block, num, scale, scores, cache, upcoming):
+    """scores[qh, t] = q[qh] . K[t] * scale for the ``num`` keys of a block, every query head.
+
+    q: (num_heads, head_dim); keys: (num_blocks, block_size, num_kv_heads, head_dim);
+    scores: (num_heads, block_size). Four keys and two query heads of a group per pass over
+    head_dim: each loaded element serves four or two products, and eight independent sums keep
+    the multiply-add units busy. The keys are walked token by token, the KV heads of a token
+    side by side: the block's memory in order. ``cache``, ``upcoming``: see :func:`prefetch_rows`.
     """
-    group, head_dim = q.shape
+    num_heads = q.shape[0]
+    num_kv_heads = keys.shape[2]
+    group = num_heads // num_kv_heads
+    t = 0
+    while t + TOKENS_AT_ONCE <= num:
+        for h in range(num_kv_heads):
+            prefetch_rows(cache, upcoming, t, h, TOKENS_AT_ONCE)
+            qh = h * group
+            while qh + 2 <= (h + 1) * group:  # two query heads of KV head h at a time
+                a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0.0)
+                for d in range(q.shape[1]):
+                    k0, k1 = keys[block, t, h, d], keys[block, t + 1, h, d]
+                    k2, k3 = keys[block, t + 2, h, d], keys[block, t + 3, h, d]
+                    x, y = q[qh, d], q[qh + 1, d]
+                    a0, a1, a2, a3 = a0 + x * k0, a1 + x * k1, a2 + x * k2, a3 + x * k3
+                    b0, b1, b2, b3 = b0 + y * k0, b1 + y * k1, b2 + y * k2, b3 + y * k3
+                scores[qh, t], scores[qh, t + 1] = a0 * scale, a1 * scale
+                scores[qh, t + 2], scores[qh, t + 3] = a2 * scale, a3 * scale
+                scores[qh + 1, t], scores[qh + 1, t + 1] = b0 * scale, b1 * scale
+                scores[qh + 1, t + 2], scores[qh + 1, t + 3] = b2 * scale, b3 * scale
+                qh += 2
+            if qh < (h + 1) * group:  # an odd group (1 for MHA): the last head alone
+                a0 = a1 = a2 = a3 = np.float32(0.0)
+                for d in range(q.shape[1]):
+                    x = q[qh, d]
+                    a0 += x * keys[block, t, h, d]
+                    a1 += x * keys[block, t + 1, h, d]
+                    a2 += x * keys[block, t + 2, h, d]
+                    a3 += x * keys[block, t + 3, h, d]
+                scores[qh, t], scores[qh, t + 1] = a0 * scale, a1 * scale
+                scores[qh, t + 2], scores[qh, t + 3] = a2 * scale, a3 * scale
+        t += TOKENS_AT_ONCE
+    for r in range(t, num):  # the last block's remainder, token by token
+        for h in range(num_kv_heads):
+            for qh in range(h * group, (h + 1) * group):
+                scores[qh, r] = dot(q, qh, keys, block, r, h) * scale
+
+
+@njit(inline="always")
+def add_values(values, block, num, weights, acc, cache, upcoming):
+    """acc[qh] += sum over the block's ``num`` tokens of weights[qh, t] * V[t], every query head.
+
+    values: (num_blocks, block_size, num_kv_heads, head_dim); weights: (num_heads, block_size);
+    acc: (num_heads, head_dim). Four tokens per pass over an acc row (one load and one store of
+    it per four V rows), two query heads of a group per pass over the V rows (each V element
+    loaded once for both).
+    """
+    num_heads, head_dim = acc.shape
+    num_kv_heads = values.shape[2]
+    group = num_heads // num_kv_heads
+    t = 0
+    while t + TOKENS_AT_ONCE <= num:
+        for h in range(num_kv_heads):
+            prefetch_rows(cache, upcoming, t, h, TOKENS_AT_ONCE)
+            qh = h * group
+            while qh + 2 <= (h + 1) * group:  # two query heads at a time
+                a0, a1, a2, a3 = weights[qh, t], weights[qh, t + 1], weights[qh, t + 2], weights[qh, t + 3]
+                b0, b1 = weights[qh + 1, t], weights[qh + 1, t + 1]
+                b2, b3 = weights[qh + 1, t + 2], weights[qh + 1, t + 3]
+                for d in range(head_dim):
+                    v0, v1 = values[block, t, h, d], values[block, t + 1, h, d]
+                    v2, v3 = values[block, t + 2, h, d], values[block, t + 3, h, d]
+                    acc[qh, d] += (a0 * v0 + a1 * v1) + (a2 * v2 + a3 * v3)
+                    acc[qh + 1, d] += (b0 * v0 + b1 * v1) + (b2 * v2 + b3 * v3)
+                qh += 2
+            if qh < (h + 1) * group:  # an odd group (1 for MHA): the last head alone
+                a0, a1, a2, a3 = weights[qh, t], weights[qh, t + 1], weights[qh, t + 2], weights[qh, t + 3]
+                for d in range(head_dim):
+                    acc[qh, d] += (a0 * values[block, t, h, d] + a1 * values[block, t + 1, h, d]) + (
+                        a2 * values[block, t + 2, h, d] + a3 * values[block, t + 3, h, d]
+                    )
+        t += TOKENS_AT_ONCE
+    for r in range(t, num):  # the last block's remainder, token by token
+        for h in range(num_kv_heads):
+            for qh in range(h * group, (h + 1) * group):
+                for d in range(head_dim):
+                    acc[qh, d] += weights[qh, r] * values[block, r, h, d]
+
+
+@njit(cache=True, fastmath=SUMS_IN_ANY_ORDER)
+def attend_blocks(q, k, v, table, first_block, end_block, seq_len, fmt, m, denom, acc, scores, scratch):
+    """Online softmax of one sequence's queries over its blocks ``[first_block, end_block)``.
+
+    q: (num_heads, head_dim) float32; k, v: (num_blocks, block_size, num_kv_heads, head_dim)
+    float32 or uint16 (``fmt``); table: (max_blocks,) the sequence's block table.
+    m, denom: (num_heads,) running max and sum of exp(score - max) (the softmax's denominator);
+    acc: (num_heads, head_dim), the sum of exp(score - max) * V rows, not yet divided by
+    ``denom``. All three are set here. scores: (num_heads, block_size) and scratch (1,
+    block_size, num_kv_heads, head_dim) are work space.
+    """
+    num_heads = q.shape[0]
     block_size = k.shape[1]
-    scale = np.float32(1.0 / np.sqrt(np.float64(head_dim)))
-    scores = np.empty((group, block_size), dtype=np.float32)  # one block's scores
-    row = np.empty(head_dim, dtype=np.float32)  # the K or V row being used, as float32
+    scale = np.float32(1.0 / np.sqrt(np.float64(q.shape[1])))
     m[:] = -np.inf
     denom[:] = 0.0
     acc[:] = 0.0
     for j in range(first_block, end_block):
         block = table[j]  # one table read per block, not per token
         num = min(block_size, seq_len - j * block_size)  # tokens of this block that exist
-        for t in range(num):  # each K row read once, for every query head of the group
-            stage_row(k, block, t, head, fmt, row)
-            for g in range(group):
-                scores[g, t] = row_dot(q, g, k, block, t, head, row) * scale
-        for g in range(group):
-            rescale(scores, num, g, m, denom, acc)
-        for t in range(num):  # each V row read once, for every query head of the group
-            stage_row(v, block, t, head, fmt, row)
-            for g in range(group):
-                row_axpy(acc, g, scores[g, t], v, block, t, head, row)
+        upcoming = table[j + 1] if j + 1 < end_block else -1  # prefetched meanwhile
+        keys, at = block_rows(k, block, num, fmt, scratch)
+        block_scores(q, keys, at, num, scale, scores, k, upcoming)
+        for qh in range(num_heads):
+            rescale(scores, num, qh, m, denom, acc)
+        values, at = block_rows(v, block, num, fmt, scratch)  # K's rows are no longer needed
+        add_values(values, at, num, scores, acc, v, upcoming)
 
 
 @njit(parallel=True, cache=True, fastmath=False)
 def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_l, part_acc):
-    """Decode attention of a batch, parallel over (sequence, KV head, split).
+    """Decode attention of a batch, parallel over (sequence, split).
 
     q, out: (batch, num_heads, head_dim) float32; k, v: (num_blocks, block_size, num_kv_heads,
     head_dim) float32 or uint16 (``fmt``); tables: (batch, max_blocks) int64; seq_lens:
@@ -239,28 +220,28 @@ def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_
     """
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k.shape[1], k.shape[2]
-    group = num_heads // num_kv_heads
-    for item in prange(batch * num_kv_heads * num_splits):
-        seq = item // (num_kv_heads * num_splits)
-        head = item // num_splits % num_kv_heads
-        split = item % num_splits
+    staged = fmt != FLOAT32  # 16-bit storage is converted block by block, into scratch
+    for item in prange(batch * num_splits):
+        seq, split = item // num_splits, item % num_splits
         num_blocks = (seq_lens[seq] + block_size - 1) // block_size
         first = split * num_blocks // num_splits  # balanced ranges; empty when blocks < splits
         end = (split + 1) * num_blocks // num_splits
-        heads = slice(head * group, (head + 1) * group)  # the query heads of this KV head
-        q_group = q[seq, heads].copy()  # (group, head_dim)
-        m = np.empty(group, dtype=np.float32)
-        denom = np.empty(group, dtype=np.float32)
-        acc = np.empty((group, head_dim), dtype=np.float32)
-        attend_range(q_group, k, v, tables[seq], first, end, seq_lens[seq], head, fmt, m, denom, acc)
+        m = np.empty(num_heads, dtype=np.float32)
+        denom = np.empty(num_heads, dtype=np.float32)
+        acc = np.empty((num_heads, head_dim), dtype=np.float32)
+        scores = np.empty((num_heads, block_size), dtype=np.float32)
+        scratch = np.empty((1, block_size if staged else 1, num_kv_heads, head_dim), dtype=np.float32)
+        attend_blocks(
+            q[seq], k, v, tables[seq], first, end, seq_lens[seq], fmt, m, denom, acc, scores, scratch
+        )
         if num_splits == 1:
-            for g in range(group):
+            for qh in range(num_heads):
                 for d in range(head_dim):
-                    out[seq, head * group + g, d] = acc[g, d] / denom[g]
+                    out[seq, qh, d] = acc[qh, d] / denom[qh]
         else:
-            part_m[seq, heads, split] = m
-            part_l[seq, heads, split] = denom
-            part_acc[seq, heads, split] = acc
+            part_m[seq, :, split] = m
+            part_l[seq, :, split] = denom
+            part_acc[seq, :, split] = acc
 
 
 @njit(parallel=True, cache=True, fastmath=False)

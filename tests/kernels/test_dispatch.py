@@ -1,5 +1,5 @@
 """decode_attention checks its inputs with one clear line, picks a kernel per device (the torch
-reference where numba cannot be imported), chooses split-K when heads x batch leave threads idle,
+reference where numba cannot be imported), chooses split-K when the kernel's work items leave threads idle,
 and runs the same kernel on contiguous memory through an identity block table."""
 
 import pytest
@@ -16,18 +16,24 @@ from kvlib.kernels import (
     default_kernel,
     dispatch,
     kernel_info,
+    work_items,
 )
 from kvlib.kernels.triton_decode import merge_partials
 from tests.kernels.cases import RTOL, decode_case, reference, relative_error
 
 
-def test_split_k_only_when_sequences_times_kv_heads_leave_threads_idle():
-    assert choose_num_splits(batch=4, num_kv_heads=8, max_seq_len=4096, num_threads=16) == 1
-    assert choose_num_splits(batch=1, num_kv_heads=1, max_seq_len=4096, num_threads=16) == 16
-    assert choose_num_splits(batch=1, num_kv_heads=2, max_seq_len=4096, num_threads=7) == 4
+def test_split_k_only_when_the_work_items_leave_threads_idle():
+    assert choose_num_splits(num_items=16, max_seq_len=4096, num_workers=16) == 1
+    assert choose_num_splits(num_items=1, max_seq_len=4096, num_workers=16) == 16
+    assert choose_num_splits(num_items=2, max_seq_len=4096, num_workers=7) == 4
     # every split keeps at least MIN_SPLIT_TOKENS tokens
-    assert choose_num_splits(1, 1, 3 * MIN_SPLIT_TOKENS, 16) == 3
-    assert choose_num_splits(1, 1, 10, 16) == 1
+    assert choose_num_splits(1, 3 * MIN_SPLIT_TOKENS, 16) == 3
+    assert choose_num_splits(1, 10, 16) == 1
+
+
+def test_numba_items_are_sequences_and_triton_items_sequences_times_kv_heads():
+    assert work_items("numba", batch=4, num_kv_heads=8) == 4
+    assert work_items("triton", batch=4, num_kv_heads=8) == 32
 
 
 def test_the_default_kernel_per_device_and_the_fallback(monkeypatch):

@@ -71,7 +71,7 @@ def test_the_kernel_writes_into_out_when_given():
 def test_float16_bits_convert_exactly_subnormals_inf_and_nan_included():
     from numba import njit
 
-    from kvlib.kernels.numba_decode import half_to_float
+    from kvlib.kernels.numba_ops import half_to_float
 
     @njit
     def convert(bits, out):
@@ -88,7 +88,7 @@ def test_float16_bits_convert_exactly_subnormals_inf_and_nan_included():
 def test_the_softmax_exponential_is_accurate_to_float32():
     from numba import njit
 
-    from kvlib.kernels.numba_decode import exp_nonpositive
+    from kvlib.kernels.numba_ops import exp_nonpositive
 
     @njit
     def exp_all(x, out):
