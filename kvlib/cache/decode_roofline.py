@@ -109,7 +109,7 @@ class KernelMeasurement:
     num_heads: int
     head_dim: int
     dtype_bytes: int
-    num_splits: int  # splits of the context per (sequence, KV head) the kernel used
+    num_splits: int  # splits of the context per work item (kvlib.kernels.work_items) the kernel used
     timing: Timing  # the kernel, seconds per call
     probe: Timing  # the DRAM probe in the same rounds
     probe_bytes: int

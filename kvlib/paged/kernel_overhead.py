@@ -273,7 +273,8 @@ def time_fused_overhead(
     arithmetic and the same table reads and differ only in where each block lies. Interleaved
     rounds on the wall clock (the kernel runs on all threads); ``ratio`` = paged / contiguous,
     the median over the rounds of the ratio within a round; ``table_share`` = bytes of block
-    table read per byte of K+V (one 8-byte entry per block and KV head).
+    table read per byte of K+V (one 8-byte entry per block and work item of
+    :func:`kvlib.kernels.work_items`: per block on a CPU, per block and KV head on a GPU).
     """
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
@@ -295,6 +296,7 @@ def _time_fused_case(length: int, block_size: int, sizes: KernelSizes, device, r
     q = q.squeeze(2)  # (batch, num_heads, head_dim): one new token per sequence
     k_in_order, v_in_order = kernels.as_blocks(k, block_size), kernels.as_blocks(v, block_size)  # views
     identity = kernels.contiguous_tables(sizes.batch, length, block_size, device)
+    reads_per_entry = kernels.work_items(kernel, sizes.batch, sizes.num_kv_heads) // sizes.batch
     timings = time_interleaved(
         {
             "contiguous": lambda: kernels.decode_attention(
@@ -311,7 +313,7 @@ def _time_fused_case(length: int, block_size: int, sizes: KernelSizes, device, r
         length=length,
         block_size=block_size,
         kv_bytes=sizes.kv_bytes(length),
-        table_share=8 * sizes.num_kv_heads * tables.numel() / sizes.kv_bytes(length),
+        table_share=8 * tables.numel() * reads_per_entry / sizes.kv_bytes(length),
         contiguous_ms=timings["contiguous"].min_s * 1e3,
         paged_ms=timings["paged"].min_s * 1e3,
         ratio=round_median(lambda p, c: p / c, timings["paged"], timings["contiguous"]),

@@ -19,8 +19,9 @@ def test_fused_rows_carry_the_ratio_and_the_table_share():
     )
     assert [(r["length"], r["block_size"], r["kernel"]) for r in rows] == [(32, 4, "torch"), (32, 8, "torch")]
     for r in rows:
-        # one 8-byte entry per block and KV head against 2 x 4 bytes x head_dim per token and KV head
-        assert r["table_share"] == pytest.approx(8 / (2 * 4 * 8 * r["block_size"]))
+        # one 8-byte entry per block (a CPU kernel's work item is a whole sequence) against
+        # 2 x 4 bytes x head_dim x num_kv_heads per token
+        assert r["table_share"] == pytest.approx(8 / (2 * 4 * 8 * 2 * r["block_size"]))
         assert r["ratio"] == pytest.approx(r["paged_ms"] / r["contiguous_ms"])  # one round: its own ratio
         assert r["kv_bytes"] == SIZES.kv_bytes(32)
 
