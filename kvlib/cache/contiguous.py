@@ -40,8 +40,10 @@ class ContiguousKVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         # per layer: a view of self.k / self.v, (batch, kv_heads, max_len, head_dim)
         self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
+        slots = torch.arange(max_len, device=device)  # (max_len,): every slot's index
         # (batch, max_len): every slot's position, of which prepare hands out views
-        self.positions = torch.arange(max_len, device=device).expand(batch_size, max_len)
+        self.positions = slots.expand(batch_size, max_len)
+        self._slots = slots[:0]  # (num_new,): the slots of the current step's tokens, a view of ``slots``
         self.max_len = max_len  # tokens per sequence the reservation holds
         self.length = 0  # tokens per sequence filled (after the current step's prepare)
         self._start = 0  # position of the current step's first new token
@@ -56,6 +58,7 @@ class ContiguousKVCache:
         if self.length + num_new > self.max_len:
             raise KVLibError(f"cache full: {self.length} + {num_new} tokens exceed max_len {self.max_len}")
         self._start, self.length = self.length, self.length + num_new
+        self._slots = self.positions[0, self._start : self.length]  # (num_new,): a view
         return self.positions[:, self._start : self.length]  # (batch, num_new): a view
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:
@@ -64,10 +67,10 @@ class ContiguousKVCache:
         q: (batch, heads, num_new, head_dim); returns (batch, heads, num_new, head_dim).
         """
         start, end = self._start, self.length
-        keys = self.k_layers[layer][:, :, :end]  # (batch, kv_heads, end, head_dim): a view, not a copy
-        values = self.v_layers[layer][:, :, :end]  # (batch, kv_heads, end, head_dim)
-        keys[:, :, start:].copy_(k)  # write the new slots in place: no copy of what is already stored
-        values[:, :, start:].copy_(v)
+        # write the new slots in place (nothing stored is copied), then view the filled ones:
+        # (batch, kv_heads, end, head_dim) each, views of the reservation
+        keys = self.k_layers[layer].index_copy_(2, self._slots, k).narrow(2, 0, end)
+        values = self.v_layers[layer].index_copy_(2, self._slots, v).narrow(2, 0, end)
         if end - start == 1:  # decode: one query at the end of its keys, PyTorch's fused kernel
             return sdpa_attention(q, keys, values)  # (batch, heads, 1, head_dim)
         return grouped_attention(q, keys, values, q_start=start)  # (batch, heads, num_new, head_dim)

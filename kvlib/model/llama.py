@@ -10,6 +10,10 @@ The model does not know how its keys and values are stored: each layer hands the
 (the :class:`~kvlib.model.config.KVCache` protocol) its new K and V with its queries, and the
 cache returns the attention output. Without a cache the tokens are the whole sequence and
 attention is :func:`~kvlib.model.attention.grouped_attention` over them.
+
+The modules below are the readable model (:meth:`TinyLlama.reference_forward` runs them); when
+no gradient is wanted, ``TinyLlama.forward`` computes the same logits by the lean pass of
+:mod:`kvlib.model.lean` (fused projections, functional calls: half the operators per step).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch.nn import functional as F
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
 from kvlib.model.init import seeded_weights
+from kvlib.model.lean import FusedWeights, lean_forward
 from kvlib.model.rotary import RotaryTable, apply_rotary, new_token_rotary
 
 
@@ -118,6 +123,7 @@ class TinyLlama(nn.Module):
             self.norm = RMSNorm(config.d_model, config.norm_eps)
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryTable(config)  # cos/sin of every position, looked up by each forward pass
+        self.fused = FusedWeights()  # the lean pass's concatenated projections, outside the state dict
 
     def forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
@@ -128,7 +134,18 @@ class TinyLlama(nn.Module):
         are the next tokens of the sequences the cache holds. Generation needs only the
         last position's logits (``last_only``), which spares the output projection of
         every earlier position, as ``transformers`` does with ``logits_to_keep``.
+
+        Under ``torch.inference_mode`` or ``no_grad`` (or with frozen weights) this is the lean pass
+        (:func:`~kvlib.model.lean.lean_forward`); when gradients may be wanted, :meth:`reference_forward`.
         """
+        if torch.is_grad_enabled() and self.lm_head.weight.requires_grad:
+            return self.reference_forward(tokens, cache, last_only)
+        return lean_forward(self, tokens, cache, last_only)
+
+    def reference_forward(
+        self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
+    ) -> torch.Tensor:
+        """:meth:`forward` through the modules, one Llama layer after another: the readable model."""
         cos, sin = new_token_rotary(tokens, cache, self.config, self.rotary)
         x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.layers):

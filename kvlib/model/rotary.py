@@ -11,6 +11,11 @@ A decode step needs the angles of one position per sequence. Computing them cost
 small operations per step; :class:`RotaryTable` computes every position's once, up to
 ``max_seq_len``, and a step looks its rows up (one gather each for cos and sin), as
 ``transformers`` and vLLM do with their cos/sin caches.
+
+The lean forward pass (:mod:`kvlib.model.lean`) rotates with :func:`rotate_signed`: the same
+rotation as :func:`apply_rotary` in three operators instead of seven, from one gather of a
+table that holds cos beside a *signed* sin (its first half negated, :meth:`RotaryTable.lookup_signed`),
+so that a step needs no ``torch.cat`` and no negation.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class RotaryTable:
         self.theta = config.rope_theta
         # device -> (cos, sin), each (max_seq_len, head_dim) float32
         self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        # device -> (max_seq_len, 2 * head_dim) float32: [cos | sin with its first half negated]
+        self._signed: dict[torch.device, torch.Tensor] = {}
 
     def tables(self, device, num_positions: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of positions 0 .. n - 1 on ``device``, each (n, head_dim), built once.
@@ -80,6 +87,45 @@ class RotaryTable:
             cos, sin = self.tables(positions.device, int(positions.max()) + 1)
         return F.embedding(positions, cos)[:, None], F.embedding(positions, sin)[:, None]
 
+    def lookup_signed(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and the signed sin for (batch, seq) positions, each (batch, 1, seq, head_dim), one gather.
+
+        The signed sin is ``sin`` with its first half negated, what :func:`rotate_signed` multiplies
+        the swapped halves by. Both are views of one gathered (batch, 1, seq, 2 * head_dim) tensor.
+        A position past the table grows it; on the CPU the gather itself finds such a position
+        (it raises ``IndexError``), which spares a step reading the largest position back.
+        """
+        table = self._signed.get(positions.device)
+        if table is None or positions.device.type != "cpu":
+            table = self._signed_table(positions)
+        try:
+            rows = F.embedding(positions, table)  # (batch, seq, 2 * head_dim)
+        except IndexError:
+            rows = F.embedding(positions, self._signed_table(positions))
+        return rows[:, None].chunk(2, dim=-1)
+
+    def _signed_table(self, positions: torch.Tensor) -> torch.Tensor:
+        """The (length, 2 * head_dim) table [cos | signed sin] on positions' device, long enough for them."""
+        device, needed = positions.device, int(positions.max()) + 1 if positions.numel() else 0
+        table = self._signed.get(device)
+        if table is None or table.shape[0] < needed:
+            cos, sin = self.tables(device, needed)
+            half = self.head_dim // 2
+            table = torch.cat([cos, -sin[:, :half], sin[:, half:]], dim=-1)  # (length, 2 * head_dim)
+            self._signed[device] = table
+        return table
+
+
+def new_token_positions(tokens: torch.Tensor, cache: KVCache | None, config: ModelConfig) -> torch.Tensor:
+    """Positions (batch, seq) of the tokens (batch, seq) of a forward pass: those the cache gives
+    them (:meth:`~kvlib.model.config.KVCache.prepare`), or 0 .. seq-1 without a cache."""
+    batch, seq = tokens.shape
+    if cache is not None:
+        return cache.prepare(seq)
+    if seq > config.max_seq_len:
+        raise KVLibError(f"sequence of {seq} tokens is longer than max_seq_len ({config.max_seq_len})")
+    return torch.arange(seq, device=tokens.device).expand(batch, seq)
+
 
 def new_token_rotary(
     tokens: torch.Tensor, cache: KVCache | None, config: ModelConfig, table: RotaryTable | None = None
@@ -89,13 +135,7 @@ def new_token_rotary(
 
     With a ``table`` (:class:`RotaryTable`) the angles are looked up, else computed.
     """
-    batch, seq = tokens.shape
-    if cache is None:
-        if seq > config.max_seq_len:
-            raise KVLibError(f"sequence of {seq} tokens is longer than max_seq_len ({config.max_seq_len})")
-        positions = torch.arange(seq, device=tokens.device).expand(batch, seq)
-    else:
-        positions = cache.prepare(seq)
+    positions = new_token_positions(tokens, cache, config)
     if table is not None:
         return table.lookup(positions)
     return rotary_cos_sin(positions, rotary_inv_freq(config.head_dim, config.rope_theta, tokens.device))
@@ -106,3 +146,16 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     first, second = x.chunk(2, dim=-1)
     rotated = torch.cat([-second, first], dim=-1)
     return (x * cos + rotated * sin).to(x.dtype)
+
+
+def rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rotary` in three operators: x * cos + (x with its halves swapped) * signed_sin.
+
+    x: (batch, heads, seq, head_dim), of any strides (the lean pass rotates the query and key
+    heads of one projection together); cos, signed_sin from :meth:`RotaryTable.lookup_signed`.
+    Swapping the halves (``roll`` by head_dim / 2) gives (x2, x1), and the signed sin turns it into
+    :func:`apply_rotary`'s (-x2, x1) * sin exactly; ``addcmul`` then adds the product with one
+    rounding, where :func:`apply_rotary` rounds twice, so the two agree to float32 rounding.
+    """
+    out = torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)  # (batch, heads, seq, head_dim)
+    return out if out.dtype == x.dtype else out.to(x.dtype)

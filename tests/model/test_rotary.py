@@ -5,7 +5,14 @@ import torch
 
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
-from kvlib.model.rotary import RotaryTable, new_token_rotary, rotary_cos_sin, rotary_inv_freq
+from kvlib.model.rotary import (
+    RotaryTable,
+    apply_rotary,
+    new_token_rotary,
+    rotary_cos_sin,
+    rotary_inv_freq,
+    rotate_signed,
+)
 
 
 @pytest.mark.parametrize("d_model, num_heads", [(64, 1), (384, 6), (64, 8), (32, 4)])
@@ -49,3 +56,38 @@ def test_positions_past_max_seq_len_grow_the_table_with_the_same_rows():
     want_cos, want_sin = rotary_cos_sin(positions, rotary_inv_freq(config.head_dim, config.rope_theta, "cpu"))
     assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
     assert table.tables("cpu")[0].shape[0] >= 41
+
+
+def test_signed_lookup_is_cos_and_sin_with_its_first_half_negated():
+    config = ModelConfig(max_seq_len=64)
+    table = RotaryTable(config)
+    positions = torch.tensor([[0, 5, 63], [1, 2, 3]])  # (batch, seq)
+    cos, signed_sin = table.lookup_signed(positions)
+    want_cos, want_sin = table.lookup(positions)
+    half = config.head_dim // 2
+    assert cos.shape == signed_sin.shape == (2, 1, 3, config.head_dim)
+    assert torch.equal(cos, want_cos)
+    assert torch.equal(signed_sin[..., :half], -want_sin[..., :half])
+    assert torch.equal(signed_sin[..., half:], want_sin[..., half:])
+
+
+def test_signed_lookup_past_the_table_grows_it_with_the_same_rows():
+    config = ModelConfig(max_seq_len=16)
+    table = RotaryTable(config)
+    table.lookup_signed(torch.tensor([[3]]))  # builds the table of 16 positions
+    cos, _ = table.lookup_signed(torch.tensor([[3, 40]]))  # past it: the gather raises, the table grows
+    want_cos, _ = rotary_cos_sin(torch.tensor([[3, 40]]), rotary_inv_freq(config.head_dim, config.rope_theta))
+    assert torch.equal(cos, want_cos)
+
+
+def test_rotate_signed_equals_apply_rotary_to_rounding():
+    config = ModelConfig(max_seq_len=256)
+    table = RotaryTable(config)
+    positions = torch.arange(200)[None]  # (1, 200)
+    x = torch.randn(1, 6, 200, config.head_dim, generator=torch.Generator().manual_seed(0))
+    # a transposed view, as the lean pass rotates its projection's heads
+    x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    want = apply_rotary(x, *table.lookup(positions))
+    got = rotate_signed(x, *table.lookup_signed(positions))
+    assert got.shape == want.shape and got.dtype == x.dtype
+    assert (got - want).abs().max() <= 1e-6 * want.abs().max()

@@ -1,0 +1,172 @@
+"""The lean forward pass of :class:`~kvlib.model.llama.TinyLlama` (chapter 1's lean decode step).
+
+A decode step of the book's tiny models does little arithmetic: one token through a few
+matrix-vector products. What it costs beyond reading the weights is the fixed price of
+every operator PyTorch dispatches (a microsecond or more each on a CPU) and of every
+``nn.Module`` call. The modules' forward pass (``TinyLlama.reference_forward``, the readable
+one, which follows Llama's structure) dispatches about 120 operators per step for two layers;
+:func:`lean_forward` computes the same logits with about half as many:
+
+- the q, k and v projections are one matrix product, and so are the MLP's gate and up
+  projections: their weights are concatenated once (:class:`FusedWeights`, rebuilt when a
+  parameter changes) and the products split into views;
+- the residual additions ride in the output projections (``torch.addmm``);
+- the query and key heads are rotated together, in three operators
+  (:func:`~kvlib.model.rotary.rotate_signed`), with angles from one gather;
+- RMSNorm is ``torch.nn.functional.rms_norm`` (one call; the same float32 arithmetic);
+- every weight is used through functional calls, without ``nn.Module.__call__``.
+
+The matrix products sum in another grouping and ``addmm``/``addcmul`` round once where the
+modules round twice, so the logits agree with the reference to float32 rounding (tested),
+and the caches are talked to through the same :class:`~kvlib.model.config.KVCache` protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from kvlib.model.attention import grouped_attention
+from kvlib.model.config import KVCache
+from kvlib.model.rotary import new_token_positions, rotate_signed
+
+
+@dataclass(frozen=True)
+class FusedLayer:
+    """One decoder layer's weights as :func:`lean_forward` reads them (matrices transposed for ``mm``).
+
+    The RMSNorm before each projection is split: :func:`normed` divides each row by its length,
+    and the norm's scale g times sqrt(d_model) is folded into the projection's columns:
+    (x / rms(x) * g) @ W.T = (x / (sqrt(d) rms(x))) @ (W * g * sqrt(d)).T.
+    """
+
+    qkv: torch.Tensor  # (d_model, (num_heads + 2 * num_kv_heads) * head_dim): [q | k | v], input norm folded
+    o: torch.Tensor  # (num_heads * head_dim, d_model): a view of o_proj.weight
+    gate_up: torch.Tensor  # (d_model, 2 * d_ff): [gate | up], post-attention norm folded
+    down: torch.Tensor  # (d_ff, d_model): a view of down_proj.weight
+
+
+def fold_norm(weight: torch.Tensor, norm_weight: torch.Tensor) -> torch.Tensor:
+    """weight (out, d) with the scale of the RMSNorm before it folded in, transposed: (d, out)."""
+    return (weight * (norm_weight * math.sqrt(weight.shape[1]))).t()
+
+
+def fuse_layer(block) -> FusedLayer:
+    """The fused weights of one :class:`~kvlib.model.llama.Block` (new tensors for q/k/v and gate/up)."""
+    attn, mlp = block.self_attn, block.mlp
+    qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])  # (q+k+v width, d_model)
+    gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])  # (2 * d_ff, d_model)
+    return FusedLayer(
+        qkv=fold_norm(qkv, block.input_layernorm.weight),
+        o=attn.o_proj.weight.t(),
+        gate_up=fold_norm(gate_up, block.post_attention_layernorm.weight),
+        down=mlp.down_proj.weight.t(),
+    )
+
+
+class FusedWeights:
+    """The :class:`FusedLayer` of every layer of a model and its output projection, built on first
+    use, rebuilt when stale.
+
+    They are stale when a parameter of the model has changed since they were built: written in
+    place (its version counter moved: ``load_state_dict``, ``weight.mul_(...)`` under
+    ``no_grad``), moved or cast (``model.to``, ``model.half()``: new storage), or replaced by
+    another ``Parameter`` in its module. Checking costs a few microseconds per forward pass. Not
+    seen: a write through ``weight.data`` (which bypasses the version counter) and a whole
+    submodule replaced after the first pass; call :meth:`clear` after either.
+    """
+
+    def __init__(self):
+        self._slots: list[tuple[dict, str]] = []  # (a module's _parameters, name) of every parameter
+        self._key: list[tuple[int, int]] = []  # (data_ptr, version) of each, when built
+        self.layers: tuple[FusedLayer, ...] = ()
+        self.lm_head = torch.empty(0)  # (d_model, vocab): lm_head.weight with the final norm folded
+        self.offset = torch.empty(0)  # (): sqrt(d_model * norm_eps), float32 on the model's device (normed)
+        self.num_builds = 0  # how many times the weights were (re)built
+
+    def clear(self) -> None:
+        """Forget the fused weights: the next :meth:`get` rebuilds them."""
+        self._slots, self._key, self.layers = [], [], ()
+
+    def _current_key(self) -> list[tuple[int, int]]:
+        params = [table[name] for table, name in self._slots]
+        return [(p.data_ptr(), p._version) for p in params]
+
+    def get(self, model) -> tuple[FusedLayer, ...]:
+        """Every layer's fused weights for ``model`` (a TinyLlama), rebuilt first if stale."""
+        if not self._slots or self._current_key() != self._key:
+            self._slots = [
+                (module._parameters, name)
+                for module in model.modules()
+                for name, param in module._parameters.items()
+                if param is not None
+            ]
+            with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable in any mode
+                self.layers = tuple(fuse_layer(block) for block in model.layers)
+                self.lm_head = fold_norm(model.lm_head.weight, model.norm.weight)
+                offset = math.sqrt(model.config.d_model * model.config.norm_eps)
+                self.offset = torch.tensor(offset, device=self.lm_head.device)
+            self._key = self._current_key()
+            self.num_builds += 1
+        return self.layers
+
+
+def normed(x: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """x (rows, dim) over sqrt(|x|^2 + offset^2), in x's dtype: RMSNorm short of its scale.
+
+    With offset = sqrt(dim * eps) this is x / (sqrt(dim) * rms(x)): the scale and sqrt(dim) are
+    folded into the next weights (:func:`fuse_layer`). Three operators (a norm, ``hypot``, a
+    division), where ``x.pow(2).mean()``, ``+ eps``, ``rsqrt`` and two products take six.
+    """
+    x32 = x if x.dtype == torch.float32 else x.float()
+    out = x32 / torch.hypot(torch.linalg.vector_norm(x32, dim=-1, keepdim=True), offset)  # (rows, dim)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def lean_attention(x, w: FusedLayer, offset, cos, sin, layer: int, cache: KVCache | None, config, batch: int):
+    """x (batch * seq, d_model) plus its attention output: (batch * seq, d_model), residual included.
+
+    cos, sin: (batch, 1, seq, head_dim), the signed sin of :meth:`RotaryTable.lookup_signed`.
+    """
+    heads, kv_heads, seq = config.num_heads, config.num_kv_heads, x.shape[0] // batch
+    qkv = torch.mm(normed(x, offset), w.qkv)  # (batch * seq, (heads + 2 * kv_heads) * head_dim)
+    if seq == 1:  # (batch, heads + 2 * kv_heads, 1, head_dim) is the same memory: no transpose to dispatch
+        qkv = qkv.view(batch, -1, 1, config.head_dim)
+    else:
+        qkv = qkv.view(batch, seq, -1, config.head_dim).transpose(1, 2)
+    qk, v = qkv.split((heads + kv_heads, kv_heads), dim=1)  # (batch, heads + kv_heads | kv_heads, seq, hd)
+    q, k = rotate_signed(qk, cos, sin).split((heads, kv_heads), dim=1)  # q and k heads rotated at once
+    # q: (batch, heads, seq, head_dim); k, v: (batch, kv_heads, seq, head_dim)
+    out = grouped_attention(q, k, v) if cache is None else cache.attend(layer, q, k, v)
+    # heads side by side: (batch * seq, heads * head_dim); one new token per sequence is already so
+    out = out.reshape(batch, -1) if out.shape[2] == 1 else out.transpose(1, 2).reshape(x.shape[0], -1)
+    return torch.addmm(x, out, w.o)  # x + o_proj(out)
+
+
+def lean_mlp(x: torch.Tensor, w: FusedLayer, offset: torch.Tensor) -> torch.Tensor:
+    """x (batch * seq, d_model) plus its SwiGLU MLP's output, (batch * seq, d_model)."""
+    gate, up = torch.mm(normed(x, offset), w.gate_up).chunk(2, dim=-1)  # (batch * seq, d_ff) each
+    return torch.addmm(x, F.silu(gate).mul_(up), w.down)  # x + down(silu(gate) * up)
+
+
+def lean_forward(model, tokens: torch.Tensor, cache: KVCache | None, last_only: bool) -> torch.Tensor:
+    """What ``model.reference_forward(tokens, cache, last_only)`` returns, by the lean pass.
+
+    ``model`` is a :class:`~kvlib.model.llama.TinyLlama`; tokens (batch, seq) -> logits
+    (batch, seq, vocab), or (batch, 1, vocab) with ``last_only``.
+    """
+    config = model.config
+    batch, seq = tokens.shape
+    cos, sin = model.rotary.lookup_signed(new_token_positions(tokens, cache, config))  # (batch, 1, seq, hd)
+    x = F.embedding(tokens, model.embed_tokens.weight).view(batch * seq, -1)  # (batch * seq, d_model)
+    fused = model.fused
+    for layer, w in enumerate(fused.get(model)):
+        x = lean_attention(x, w, fused.offset, cos, sin, layer, cache, config, batch)
+        x = lean_mlp(x, w, fused.offset)  # (batch * seq, d_model)
+    if last_only:
+        x = x.view(batch, seq, -1)[:, -1]  # (batch, d_model)
+    logits = torch.mm(normed(x, fused.offset), fused.lm_head)
+    return logits.view(batch, -1, logits.shape[-1])  # (batch, seq or 1, vocab)

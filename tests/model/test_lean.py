@@ -1,0 +1,147 @@
+"""Tests of kvlib.model.lean: the lean forward pass computes the reference's logits (to float32
+rounding) and tokens, its fused weights equal the separate projections and follow the parameters."""
+
+import pytest
+import torch
+
+from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache
+from kvlib.cache.generation import Decoder
+from kvlib.cache.nocache_race import CPU_CONFIG
+from kvlib.model.config import ModelConfig
+from kvlib.model.lean import FusedWeights, fuse_layer, normed
+from kvlib.model.llama import TinyLlama
+from tests.single_thread import one_torch_thread  # noqa: F401
+
+# Float32: the same arithmetic grouped differently (fused products, addmm/addcmul rounding once,
+# the norm's scale folded into the weights) moves logits by ~1e-6; 1e-5 is a wide margin that a
+# real mistake (a wrong head split or rotation) exceeds by orders of magnitude.
+ATOL = 1e-5
+
+SMALL = dict(vocab_size=97, d_model=64, num_layers=2, num_heads=4, d_ff=96, max_seq_len=128)
+
+
+def _model(num_kv_heads: int = 2, **changes) -> TinyLlama:
+    return TinyLlama(ModelConfig(**{**SMALL, "num_kv_heads": num_kv_heads, **changes})).eval()
+
+
+def _tokens(batch: int, seq: int) -> torch.Tensor:
+    return torch.randint(0, 97, (batch, seq), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
+def test_lean_logits_equal_the_reference_without_a_cache(num_kv_heads):
+    model, tokens = _model(num_kv_heads), _tokens(3, 17)
+    with torch.inference_mode():
+        lean, reference = model(tokens), model.reference_forward(tokens)
+        assert lean.shape == reference.shape == (3, 17, 97)
+        assert (lean - reference).abs().max() < ATOL
+        last = model(tokens, last_only=True)
+    assert last.shape == (3, 1, 97) and (last[:, 0] - reference[:, -1]).abs().max() < ATOL
+
+
+@pytest.mark.parametrize("cache_type", [ContiguousKVCache, ConcatKVCache])
+@pytest.mark.parametrize("num_kv_heads", [4, 1], ids=["MHA", "MQA"])
+def test_lean_prefill_and_decode_equal_the_reference(num_kv_heads, cache_type):
+    model, tokens = _model(num_kv_heads), _tokens(2, 12)
+
+    def run(forward):
+        cache = (
+            ContiguousKVCache(model.config, 2, 12)
+            if cache_type is ContiguousKVCache
+            else ConcatKVCache(model.config)
+        )
+        out = [forward(tokens[:, :5], cache)]  # a prefill of 5 tokens, then one token at a time
+        out += [forward(tokens[:, t : t + 1], cache) for t in range(5, 12)]
+        return torch.cat(out, dim=1)  # (batch, 12, vocab)
+
+    with torch.inference_mode():
+        lean, reference = run(model.forward), run(model.reference_forward)
+    assert (lean - reference).abs().max() < ATOL
+
+
+def test_chapter_one_model_chooses_the_same_100_tokens_both_ways():
+    model = TinyLlama(CPU_CONFIG).eval()
+    prompt = torch.tensor([[0]])
+    lean = Decoder(model, prompt, 100)
+    lean_logits = [lean.step() for _ in range(100)]
+    model.forward = model.reference_forward  # the instance's forward: every call goes through the modules
+    reference = Decoder(model, prompt, 100)
+    reference_logits = [reference.step() for _ in range(100)]
+    assert torch.equal(lean.tokens, reference.tokens)
+    assert max((a - b).abs().max().item() for a, b in zip(lean_logits, reference_logits, strict=True)) < ATOL
+
+
+def test_fused_projections_equal_the_separate_ones():
+    model, x = _model(2), torch.randn(5, 64, generator=torch.Generator().manual_seed(0))
+    block = model.layers[0]
+    with torch.no_grad():
+        fused = fuse_layer(block)
+        offset = torch.tensor((64 * model.config.norm_eps) ** 0.5)
+        h = block.input_layernorm(x)
+        separate = torch.cat(
+            [block.self_attn.q_proj(h), block.self_attn.k_proj(h), block.self_attn.v_proj(h)], -1
+        )
+        assert torch.allclose(normed(x, offset) @ fused.qkv, separate, atol=1e-5)
+        h = block.post_attention_layernorm(x)
+        separate = torch.cat([block.mlp.gate_proj(h), block.mlp.up_proj(h)], -1)
+        assert torch.allclose(normed(x, offset) @ fused.gate_up, separate, atol=1e-5)
+    assert fused.qkv.shape == (64, (4 + 2 * 2) * 16) and fused.gate_up.shape == (64, 2 * 96)
+    assert fused.o.data_ptr() == block.self_attn.o_proj.weight.data_ptr()  # a view, not a copy
+
+
+def test_fused_weights_follow_the_parameters():
+    model, tokens = _model(2), _tokens(1, 6)
+    with torch.inference_mode():
+        model(tokens)
+        model(tokens)
+    assert model.fused.num_builds == 1  # built once, then reused
+    with torch.no_grad():
+        model.layers[1].self_attn.k_proj.weight.mul_(1.5)  # in place: the version counter moves
+        model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(model.layers[0].mlp.up_proj.weight * 2)
+    with torch.inference_mode():
+        lean, reference = model(tokens), model.reference_forward(tokens)
+    assert model.fused.num_builds == 2 and (lean - reference).abs().max() < ATOL
+    model.load_state_dict(_model(2, seed=7).state_dict())
+    with torch.inference_mode():
+        assert (model(tokens) - model.reference_forward(tokens)).abs().max() < ATOL
+    model.fused.clear()
+    with torch.inference_mode():
+        model(tokens)
+    assert model.fused.num_builds == 4
+
+
+def test_fused_weights_stay_out_of_the_state_dict_and_work_in_every_mode():
+    model, tokens = _model(2), _tokens(1, 4)
+    keys = set(model.state_dict())
+    with torch.inference_mode():
+        model(tokens)  # built here, as ordinary tensors
+    assert set(model.state_dict()) == keys and isinstance(model.fused, FusedWeights)
+    with torch.no_grad():
+        assert (model(tokens) - model.reference_forward(tokens)).abs().max() < ATOL
+
+
+def test_with_gradients_the_forward_pass_is_the_reference_and_trains():
+    model, tokens = _model(2), _tokens(1, 4)
+    model(tokens).sum().backward()  # grad mode: through the modules, so every weight gets a gradient
+    assert all(p.grad is not None for p in model.parameters())
+    assert model.fused.num_builds == 0
+
+
+def test_lean_pass_in_bfloat16_is_close_to_the_reference():
+    model, tokens = _model(2).to(torch.bfloat16), _tokens(2, 9)
+    with torch.inference_mode():
+        lean, reference = model(tokens).float(), model.reference_forward(tokens).float()
+    assert lean.dtype == torch.float32 and (lean - reference).abs().max() < 0.1 * reference.abs().max()
+
+
+def test_a_decode_step_dispatches_at_most_half_the_reference_operators():
+    from kvlib.cache.step_roofline import count_step_ops
+
+    model = TinyLlama(CPU_CONFIG).eval()
+    lean = Decoder(model, torch.tensor([[0]]), 4)
+    lean.step()
+    num_lean = count_step_ops(lean.step)[0]
+    model.forward = model.reference_forward
+    reference = Decoder(model, torch.tensor([[0]]), 4)
+    reference.step()
+    assert num_lean <= 0.6 * count_step_ops(reference.step)[0]
