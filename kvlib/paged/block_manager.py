@@ -85,6 +85,10 @@ class BlockManager:
     ):
         if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
             raise KVLibError(f"block_size must be a positive integer, not {block_size!r}")
+        if not isinstance(enable_prefix_caching, bool):
+            raise KVLibError(f"enable_prefix_caching must be True or False, not {enable_prefix_caching!r}")
+        if copy_block is not None and not callable(copy_block):
+            raise KVLibError(f"copy_block must be a function (src, dst) or None, not {copy_block!r}")
         self.pool = BlockPool(num_blocks)
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -128,12 +132,19 @@ class BlockManager:
     def slot(self, seq_id: int, position: int) -> int:
         """Index of the slot holding token ``position`` of a sequence, counted over the whole pool."""
         seq = self._get(seq_id)
+        position = _index(position, "a token position")
         if not 0 <= position < seq.num_tokens:
             raise KVLibError(f"position {position} is outside sequence {seq_id} of {seq.num_tokens} tokens")
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
 
     def ref_cnt(self, block_id: int) -> int:
-        """How many block tables point at a block."""
+        """How many block tables point at a block (``block_id`` from 0 to ``num_blocks - 1``).
+
+        Python's negative indices are refused: ``ref_cnt(-1)`` would report the last block's count.
+        """
+        block_id = _index(block_id, "a block id")
+        if not 0 <= block_id < self.num_blocks:
+            raise KVLibError(f"block id {block_id} is outside the pool of {self.num_blocks} blocks")
         return self.pool.blocks[block_id].ref_cnt
 
     def __contains__(self, seq_id: int) -> bool:
@@ -250,7 +261,7 @@ class BlockManager:
         reuses a block whose K/V do not exist yet (vLLM's ``cache_blocks``).
         """
         seq = self._get(seq_id)
-        num_tokens = seq.num_tokens if num_tokens is None else num_tokens
+        num_tokens = seq.num_tokens if num_tokens is None else _index(num_tokens, "num_tokens")
         if not seq.num_computed <= num_tokens <= seq.num_tokens:
             raise KVLibError(
                 f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "
@@ -316,6 +327,20 @@ class BlockManager:
                 raise KVLibError(f"sequence {seq_id} was already freed")
             raise KVLibError(f"unknown sequence {seq_id!r}")
         return seq
+
+
+def _index(value, what: str) -> int:
+    """``value`` as a plain int (numpy integers accepted), or a KVLibError naming ``what``.
+
+    A bool or a float is refused: a float block id or token count would be stored, then fail
+    far away (``mark_computed(0, 4.0)`` stored 4.0 and broke the next slicing of the token list).
+    """
+    if isinstance(value, bool):
+        raise KVLibError(f"{what} must be an integer, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise KVLibError(f"{what} must be an integer, not {value!r}"[:200]) from None
 
 
 def _checked_tokens(token_ids: Sequence[int]) -> Sequence[int]:

@@ -33,7 +33,10 @@ def hash_block_tokens(parent_hash: str | None, token_ids: Sequence[int]) -> str:
     equal, because the parent hash carries everything before. SHA-256 (shortened to 16 hex
     digits for printing) is stable across runs and machines, unlike Python's ``hash``.
     """
-    text = f"{parent_hash}|{','.join(str(operator.index(t)) for t in token_ids)}"
+    try:
+        text = f"{parent_hash}|{','.join(str(operator.index(t)) for t in token_ids)}"
+    except TypeError:
+        raise KVLibError(f"token ids must be integers, not {token_ids!r}"[:200]) from None
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -87,6 +90,8 @@ class BlockPool:
 
     def get_new_blocks(self, num: int) -> list[KVCacheBlock]:
         """Take ``num`` blocks from the front of the free queue, evicting their cached hashes."""
+        if isinstance(num, bool) or not isinstance(num, int) or num < 0:
+            raise KVLibError(f"the number of blocks to take must be an integer >= 0, not {num!r}")
         if num > self.num_free_blocks:
             raise KVLibError(
                 f"asked for {num} blocks but only {self.num_free_blocks} are free (ask can_allocate first)"
@@ -99,21 +104,56 @@ class BlockPool:
             block.ref_cnt = 1
         return blocks
 
+    def _own(self, block: KVCacheBlock) -> KVCacheBlock:
+        """``block`` itself, once it is checked to be one of this pool's blocks (not a copy, not another
+        pool's block with the same id, whose ``ref_cnt`` would silently go wrong)."""
+        block_id = getattr(block, "block_id", None)
+        if not (
+            isinstance(block, KVCacheBlock)
+            and isinstance(block_id, int)
+            and 0 <= block_id < len(self.blocks)
+            and self.blocks[block_id] is block
+        ):
+            raise KVLibError(f"{block!r}"[:80] + f" is not a block of this pool of {len(self.blocks)} blocks")
+        return block
+
     def touch(self, block: KVCacheBlock) -> None:
         """One more block table uses ``block`` (a prefix-cache hit or a fork)."""
+        self._own(block)
         if block.ref_cnt == 0:
             self.free_queue.remove(block)
         block.ref_cnt += 1
 
     def free_blocks(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """One block table fewer uses each block; unused ones join the back of the free queue in order."""
+        """One block table fewer uses each block; unused ones join the back of the free queue in order.
+
+        A block freed more often than block tables use it (a double free) is an error, raised
+        before any count changes: a ``ref_cnt`` of -1 would put the block in two tables at once later.
+        """
+        blocks = [self._own(block) for block in blocks]
+        frees: dict[int, int] = {}
+        for block in blocks:
+            frees[block.block_id] = frees.get(block.block_id, 0) + 1
+            if frees[block.block_id] > block.ref_cnt:
+                raise KVLibError(
+                    f"block {block.block_id} freed {frees[block.block_id]} time(s) but used by "
+                    f"{block.ref_cnt} block table(s): a double free"
+                )
         for block in blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 self.free_queue.append(block)
 
     def cache_block(self, block: KVCacheBlock, block_hash: str) -> None:
-        """Register a full block under its hash, unless an equal block is cached already."""
+        """Register a full block under its hash, unless an equal block is cached already.
+
+        Only a block in use can be registered: a free block's contents may be overwritten at any time.
+        """
+        self._own(block)
+        if not isinstance(block_hash, str) or not block_hash:
+            raise KVLibError(f"a block hash is a non-empty string (hash_block_tokens), not {block_hash!r}")
+        if block.ref_cnt < 1:
+            raise KVLibError(f"block {block.block_id} is free: only a block in use can be cached")
         if block.block_hash is None and block_hash not in self.cached:
             block.block_hash = block_hash
             self.cached[block_hash] = block
