@@ -29,10 +29,19 @@ real models shipped in ``kvlib/sizing/configs/`` (:mod:`kvlib.sizing.catalog`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from kvlib import KVLibError
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
+from kvlib.sizing.layer_groups import (
+    FULL_ATTENTION,
+    AttentionLayers,
+    LayerGroups,
+    LayerKind,
+    SlidingWindows,
+    groups_from_lists,
+)
 from kvlib.units import GiB
 
 
@@ -41,9 +50,13 @@ class ModelSpec:
     """What the KV cache of a model depends on (its weights do not matter here).
 
     ``num_layers`` counts the layers that run once per generated token (the decoder's, for
-    an encoder-decoder model). ``attention_layers`` lists which of them keep a KV cache
-    (default: all). ``sliding_windows`` gives, per layer, the window that caps its cache or
-    ``None`` (default: no windows). MLA models set ``kv_lora_rank`` and ``qk_rope_head_dim``.
+    an encoder-decoder model). Which of them keep a KV cache, and how many tokens each
+    keeps, is ``layer_groups`` (:class:`~kvlib.sizing.layer_groups.LayerGroups`: repeated
+    patterns, so that no size computation loops over layers); for hand-built specs,
+    ``attention_layers`` (indices of the layers that cache; default all) and
+    ``sliding_windows`` (per layer, the window that caps its cache, or ``None``) say the
+    same as per-layer tuples. After construction both are read-only sequence views of
+    ``layer_groups``. MLA models set ``kv_lora_rank`` and ``qk_rope_head_dim``.
     Encoder-decoder models set ``cross_attention_tokens`` (encoder positions every decoder
     layer caches) and ``num_encoder_layers`` (which cache nothing).
     """
@@ -51,17 +64,20 @@ class ModelSpec:
     name: str  # display name ("Llama-3-8B")
     num_layers: int  # layers run per generated token (the decoder's)
     num_heads: int  # query heads
-    num_kv_heads: int  # K/V heads: num_heads (MHA), fewer (GQA), 1 (MQA)
+    num_kv_heads: int  # K/V heads: num_heads (MHA), fewer (GQA), 1 (MQA); the most of any layer
     head_dim: int  # values per head vector
-    attention_layers: tuple[int, ...] | None = None  # indices of the layers that cache K/V; None: all
-    sliding_windows: tuple[int | None, ...] | None = None  # per layer: window in tokens, or None
+    attention_layers: Sequence[int] | None = None  # indices of the layers that cache K/V; None: all
+    sliding_windows: Sequence[int | None] | None = None  # per layer: window in tokens, or None
     kv_lora_rank: int | None = None  # MLA: latent values cached per token and layer
     qk_rope_head_dim: int | None = None  # MLA: rotary key values cached beside the latent
     cross_attention_tokens: int = 0  # encoder positions each decoder layer caches (encoder-decoder)
     num_encoder_layers: int = 0  # encoder layers (they cache nothing)
     max_context: int | None = None  # longest context the model accepts, when known
+    layer_groups: LayerGroups | None = None  # the layer stack as repeated patterns; None: from the above
 
     def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise KVLibError(f"a ModelSpec's name must be a string, not {type(self.name).__name__}")
         for key in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
             require_int(getattr(self, key), key, low=1)
         for key in ("cross_attention_tokens", "num_encoder_layers"):
@@ -72,31 +88,41 @@ class ModelSpec:
             raise KVLibError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
             )
-        layers = (
-            tuple(range(self.num_layers)) if self.attention_layers is None else tuple(self.attention_layers)
-        )
-        if (
-            not layers
-            or sorted(set(layers)) != list(layers)
-            or layers[0] < 0
-            or layers[-1] >= self.num_layers
-        ):
+        groups = self._groups()
+        if groups.num_layers != self.num_layers:
+            raise KVLibError(f"layer_groups describe {groups.num_layers:,} layers, not {self.num_layers:,}")
+        kinds = list(groups.counts())
+        if not any(kind.caches for kind in kinds):
             raise KVLibError(
-                f"attention_layers must be increasing indices in 0..{self.num_layers - 1}, not {layers}"
+                f"{self.name} has no attention layer: none of its {self.num_layers:,} layers keeps a KV cache"
             )
-        object.__setattr__(self, "attention_layers", layers)
-        windows = (None,) * self.num_layers if self.sliding_windows is None else tuple(self.sliding_windows)
-        if len(windows) != self.num_layers:
-            raise KVLibError(f"sliding_windows has {len(windows)} entries for {self.num_layers} layers")
-        for window in windows:
-            if window is not None:
-                require_int(window, "sliding_window", low=1)
-        object.__setattr__(self, "sliding_windows", windows)
+        for kind in kinds:
+            _check_kind(kind)
+        object.__setattr__(self, "layer_groups", groups)
+        object.__setattr__(self, "attention_layers", AttentionLayers(groups))
+        object.__setattr__(self, "sliding_windows", SlidingWindows(groups))
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise KVLibError("MLA needs both kv_lora_rank and qk_rope_head_dim")
         if self.is_mla:
             require_int(self.kv_lora_rank, "kv_lora_rank", low=1)
             require_int(self.qk_rope_head_dim, "qk_rope_head_dim", low=1)
+
+    def _groups(self) -> LayerGroups:
+        """The layer stack: ``layer_groups`` as given, or built from the per-layer tuples."""
+        groups = self.layer_groups
+        if groups is not None and not isinstance(groups, LayerGroups):
+            raise KVLibError(f"layer_groups must be a LayerGroups, not {type(groups).__name__}")
+
+        def is_view(value) -> bool:
+            return value is None or (groups is not None and getattr(value, "groups", None) == groups)
+
+        if groups is not None and is_view(self.attention_layers) and is_view(self.sliding_windows):
+            return groups
+        if self.attention_layers is None and self.sliding_windows is None:
+            return LayerGroups.uniform(FULL_ATTENTION, self.num_layers)
+        return groups_from_lists(
+            self.num_layers, self.attention_layers, self.sliding_windows, groups, MAX_LISTED_LAYERS
+        )
 
     @property
     def num_attention_layers(self) -> int:
@@ -130,7 +156,26 @@ class ModelSpec:
 
     def with_kv_heads(self, num_kv_heads: int, name: str | None = None) -> ModelSpec:
         """The same model with another number of KV heads (MHA/GQA/MQA variants of chapter 2)."""
-        return ModelSpec(**{**asdict(self), "num_kv_heads": num_kv_heads, "name": name or self.name})
+        return replace(
+            self,
+            num_kv_heads=num_kv_heads,
+            name=name or self.name,
+            layer_groups=self.layer_groups.with_each(num_kv_heads=None),
+        )
+
+
+# Hand-built specs may list their layers (attention_layers, sliding_windows) up to this many layers.
+MAX_LISTED_LAYERS = 1_000_000
+
+
+def _check_kind(kind: LayerKind) -> None:
+    """A layer kind's own numbers must be sound (the reader checks configs; this checks hand-built stacks)."""
+    if kind.window is not None:
+        require_int(kind.window, "sliding_window", low=1)
+    if kind.fixed_tokens is not None:
+        require_int(kind.fixed_tokens, "fixed_tokens", low=0)
+    if kind.num_kv_heads is not None:
+        require_int(kind.num_kv_heads, "a layer's num_kv_heads", low=1)
 
 
 def require_int(value, key: str, low: int) -> None:
@@ -160,27 +205,80 @@ def kv_cache_bytes(
 
 
 def token_layer_bytes(spec: ModelSpec, dtype: str | KVDtype = "fp16") -> int:
-    """Bytes one token occupies in one attention layer's cache."""
+    """Bytes one token occupies in one attention layer's cache (with the model's num_kv_heads)."""
     vectors, length = spec.cached_vectors
     return vectors * kv_dtype(dtype).vector_bytes(length)
 
 
+def kind_token_bytes(
+    spec: ModelSpec, kind: LayerKind, dtype: str | KVDtype = "fp16", heads_per_rank=None
+) -> int:
+    """Bytes one token occupies in one layer of ``kind`` (its own KV heads, when it has them).
+
+    ``heads_per_rank`` maps a layer's KV heads to those one tensor-parallel rank holds
+    (:func:`kvlib.sizing.parallel.kv_heads_per_gpu`); an MLA latent is never split.
+    """
+    if spec.is_mla:
+        return token_layer_bytes(spec, dtype)
+    heads = kind.num_kv_heads or spec.num_kv_heads
+    if heads_per_rank is not None:
+        heads = heads_per_rank(heads)
+    return 2 * heads * kv_dtype(dtype).vector_bytes(spec.head_dim)
+
+
 def bytes_per_token(spec: ModelSpec, dtype: str | KVDtype = "fp16") -> int:
     """Bytes one more token adds to the self-attention cache while it is shorter than every window."""
-    return spec.num_attention_layers * token_layer_bytes(spec, dtype)
+    return sum(
+        n * kind_token_bytes(spec, kind, dtype)
+        for kind, n in spec.layer_groups.counts().items()
+        if kind.caches and kind.fixed_tokens is None
+    )
 
 
 def cached_tokens(spec: ModelSpec, layer: int, context: int) -> int:
-    """How many of ``context`` tokens layer ``layer`` keeps: all, or at most its sliding window."""
-    window = spec.sliding_windows[layer]
-    return context if window is None else min(context, window)
+    """How many of ``context`` tokens layer ``layer`` keeps: all, at most its window, or a fixed number."""
+    return spec.layer_groups.kind_of(layer).tokens(context)
 
 
-def check_context(spec: ModelSpec, context: int) -> None:
-    """A context must be a positive integer no longer than the model's maximum (when known)."""
+def check_context(spec: ModelSpec, context: int, allow_beyond_max: bool = False) -> bool:
+    """A context must be a positive integer; returns whether it exceeds the model's maximum.
+
+    Beyond the maximum is an error unless ``allow_beyond_max`` (people size RoPE-scaled,
+    e.g. YaRN-extended, contexts: ``python -m kvlib size`` computes them and warns).
+    """
     require_int(context, "context", low=1)
-    if spec.max_context is not None and context > spec.max_context:
+    beyond = spec.max_context is not None and context > spec.max_context
+    if beyond and not allow_beyond_max:
         raise KVLibError(f"context {context:,} exceeds {spec.name}'s maximum of {spec.max_context:,} tokens")
+    return beyond
+
+
+def stack_bytes(
+    spec: ModelSpec,
+    counts: dict,
+    context: int,
+    batch: int,
+    dtype: str | KVDtype = "fp16",
+    heads_per_rank=None,
+) -> tuple[int, int]:
+    """(self-attention, cross-attention) bytes of the layers ``counts`` gives ({kind: layers}).
+
+    Self-attention: each layer's tokens (all, or at most its window). Cross-attention: the
+    encoder positions every decoder layer caches (Whisper) plus the fixed tokens of
+    cross-attention layers (Llama-3.2-Vision's image tokens). One pass over the kinds,
+    none over layers or tokens.
+    """
+    self_bytes = cross_bytes = 0
+    for kind, n in counts.items():
+        if not kind.caches:
+            continue
+        token_bytes = batch * n * kind_token_bytes(spec, kind, dtype, heads_per_rank)
+        if kind.fixed_tokens is not None:
+            cross_bytes += kind.fixed_tokens * token_bytes
+        else:
+            self_bytes += kind.tokens(context) * token_bytes
+            cross_bytes += spec.cross_attention_tokens * token_bytes
+    return self_bytes, cross_bytes
 
 
 @dataclass(frozen=True)
@@ -193,7 +291,8 @@ class CacheSize:
     kv_dtype: str  # name of the KVDtype the values are stored in
     bytes_per_token: int  # what one more token adds, before any window cap
     self_attention_bytes: int  # grows with the context (up to each layer's window)
-    cross_attention_bytes: int  # fixed by the encoder's positions (encoder-decoder models; else 0)
+    cross_attention_bytes: int  # fixed: encoder positions, image tokens (encoder-decoder, vision; else 0)
+    exceeds_max_context: bool = False  # the context is beyond the model's maximum (allowed on request)
 
     @property
     def total_bytes(self) -> int:
@@ -206,28 +305,48 @@ class CacheSize:
         return self.total_bytes / GiB
 
 
-def cache_size(spec: ModelSpec, context: int, batch: int = 1, dtype: str | KVDtype = "fp16") -> CacheSize:
+def require_spec(spec) -> None:
+    """Raise :class:`~kvlib.KVLibError` unless ``spec`` is a :class:`ModelSpec` (not a name, not None)."""
+    if not isinstance(spec, ModelSpec):
+        raise KVLibError(
+            f"expected a ModelSpec (e.g. sizing.catalog_entry(name).spec), not {type(spec).__name__} {spec!r:.60}"
+        )
+
+
+def cache_size(
+    spec: ModelSpec,
+    context: int,
+    batch: int = 1,
+    dtype: str | KVDtype = "fp16",
+    allow_beyond_max: bool = False,
+) -> CacheSize:
     """The KV cache of ``batch`` sequences that have ``context`` tokens each (prompt + generated)."""
-    check_context(spec, context)
+    require_spec(spec)
+    beyond = check_context(spec, context, allow_beyond_max)
     require_int(batch, "batch", low=1)
     dtype = kv_dtype(dtype)
-    per_layer = token_layer_bytes(spec, dtype)
-    self_tokens = sum(cached_tokens(spec, layer, context) for layer in spec.attention_layers)
-    cross_tokens = spec.cross_attention_tokens * spec.num_attention_layers
+    self_bytes, cross_bytes = stack_bytes(spec, spec.layer_groups.counts(), context, batch, dtype)
     return CacheSize(
         model=spec.name,
         context=context,
         batch=batch,
         kv_dtype=dtype.name,
         bytes_per_token=bytes_per_token(spec, dtype),
-        self_attention_bytes=batch * self_tokens * per_layer,
-        cross_attention_bytes=batch * cross_tokens * per_layer,
+        self_attention_bytes=self_bytes,
+        cross_attention_bytes=cross_bytes,
+        exceeds_max_context=beyond,
     )
 
 
-def cache_bytes(spec: ModelSpec, context: int, batch: int = 1, dtype: str | KVDtype = "fp16") -> int:
+def cache_bytes(
+    spec: ModelSpec,
+    context: int,
+    batch: int = 1,
+    dtype: str | KVDtype = "fp16",
+    allow_beyond_max: bool = False,
+) -> int:
     """Total bytes of :func:`cache_size` (self-attention plus cross-attention)."""
-    return cache_size(spec, context, batch, dtype).total_bytes
+    return cache_size(spec, context, batch, dtype, allow_beyond_max).total_bytes
 
 
 def article_table(context: int = 262_144, kv_heads=(32, 8, 4, 1)) -> list[dict]:
