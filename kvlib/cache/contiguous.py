@@ -6,9 +6,10 @@ token's K and V into its slot, while the concatenating cache copies everything i
 every step, which is the trap of growing arrays with ``torch.cat`` / ``np.vstack``.
 
 The preallocated cache is the lean decode step of chapter 1: a step allocates no cache
-memory (each layer's K/V are views of one reservation, written in place, and the positions
-are a view of one ``arange``), and one new token attends through PyTorch's fused
-:func:`~kvlib.model.attention.sdpa_attention` (faster than
+memory (each layer's K/V are views of one reservation, written in place with ``index_copy_``,
+and the positions are a view of one ``arange``), and one new token attends through PyTorch's
+fused ``scaled_dot_product_attention`` (called directly, as
+:func:`~kvlib.model.attention.sdpa_attention` does: faster than
 :func:`~kvlib.model.attention.grouped_attention` at these sizes, equal to float32
 rounding); a prefill of several tokens, and the concatenating cache, use
 :func:`~kvlib.model.attention.grouped_attention`. Chapter 2 checks their byte
@@ -19,9 +20,10 @@ counts against the size formula (:mod:`kvlib.cache.size_check`); chapter 6 reads
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
 from kvlib import KVLibError
-from kvlib.model.attention import grouped_attention, sdpa_attention
+from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
 
 
@@ -72,7 +74,7 @@ class ContiguousKVCache:
         keys = self.k_layers[layer].index_copy_(2, self._slots, k).narrow(2, 0, end)
         values = self.v_layers[layer].index_copy_(2, self._slots, v).narrow(2, 0, end)
         if end - start == 1:  # decode: one query at the end of its keys, PyTorch's fused kernel
-            return sdpa_attention(q, keys, values)  # (batch, heads, 1, head_dim)
+            return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)  # (batch, heads, 1, hd)
         return grouped_attention(q, keys, values, q_start=start)  # (batch, heads, num_new, head_dim)
 
 

@@ -83,8 +83,12 @@ class FusedWeights:
         self._slots: list[tuple[dict, str]] = []  # (a module's _parameters, name) of every parameter
         self._key: list[tuple[int, int]] = []  # (data_ptr, version) of each, when built
         self.layers: tuple[FusedLayer, ...] = ()
+        self.embed = torch.empty(0)  # (vocab, d_model): embed_tokens.weight itself
         self.lm_head = torch.empty(0)  # (d_model, vocab): lm_head.weight with the final norm folded
         self.offset = torch.empty(0)  # (): sqrt(d_model * norm_eps), float32 on the model's device (normed)
+        self.head_dim = 0  # the model's head_dim, read once
+        self.qkv_split: tuple[int, int] = (0, 0)  # heads of [q | k] and of v in a qkv projection
+        self.qk_split: tuple[int, int] = (0, 0)  # heads of q and of k among the rotated ones
         self.num_builds = 0  # how many times the weights were (re)built
 
     def clear(self) -> None:
@@ -95,23 +99,32 @@ class FusedWeights:
         params = [table[name] for table, name in self._slots]
         return [(p.data_ptr(), p._version) for p in params]
 
-    def get(self, model) -> tuple[FusedLayer, ...]:
-        """Every layer's fused weights for ``model`` (a TinyLlama), rebuilt first if stale."""
+    def get(self, model) -> FusedWeights:
+        """These weights, for ``model`` (a TinyLlama), rebuilt first if stale."""
         if not self._slots or self._current_key() != self._key:
-            self._slots = [
-                (module._parameters, name)
-                for module in model.modules()
-                for name, param in module._parameters.items()
-                if param is not None
-            ]
-            with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable in any mode
-                self.layers = tuple(fuse_layer(block) for block in model.layers)
-                self.lm_head = fold_norm(model.lm_head.weight, model.norm.weight)
-                offset = math.sqrt(model.config.d_model * model.config.norm_eps)
-                self.offset = torch.tensor(offset, device=self.lm_head.device)
-            self._key = self._current_key()
-            self.num_builds += 1
-        return self.layers
+            self._build(model)
+        return self
+
+    def _build(self, model) -> None:
+        config = model.config
+        self._slots = [
+            (module._parameters, name)
+            for module in model.modules()
+            for name, param in module._parameters.items()
+            if param is not None
+        ]
+        with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, usable in any mode
+            self.layers = tuple(fuse_layer(block) for block in model.layers)
+            self.lm_head = fold_norm(model.lm_head.weight, model.norm.weight)
+            self.offset = torch.tensor(
+                math.sqrt(config.d_model * config.norm_eps), device=self.lm_head.device
+            )
+        self.embed = model.embed_tokens.weight
+        self.head_dim = config.head_dim
+        self.qkv_split = (config.num_heads + config.num_kv_heads, config.num_kv_heads)
+        self.qk_split = (config.num_heads, config.num_kv_heads)
+        self._key = self._current_key()
+        self.num_builds += 1
 
 
 def normed(x: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
@@ -126,23 +139,24 @@ def normed(x: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
-def lean_attention(x, w: FusedLayer, offset, cos, sin, layer: int, cache: KVCache | None, config, batch: int):
+def lean_attention(x, w: FusedLayer, fused: FusedWeights, cos, sin, layer: int, cache, batch: int):
     """x (batch * seq, d_model) plus its attention output: (batch * seq, d_model), residual included.
 
-    cos, sin: (batch, 1, seq, head_dim), the signed sin of :meth:`RotaryTable.lookup_signed`.
+    cos, sin: (batch, 1, seq, head_dim), the signed sin of :meth:`RotaryTable.lookup_signed`;
+    ``cache`` a :class:`~kvlib.model.config.KVCache` or None (the tokens are the whole sequence).
     """
-    heads, kv_heads, seq = config.num_heads, config.num_kv_heads, x.shape[0] // batch
-    qkv = torch.mm(normed(x, offset), w.qkv)  # (batch * seq, (heads + 2 * kv_heads) * head_dim)
+    seq = x.shape[0] // batch
+    qkv = torch.mm(normed(x, fused.offset), w.qkv)  # (batch * seq, (heads + 2 * kv_heads) * head_dim)
     if seq == 1:  # (batch, heads + 2 * kv_heads, 1, head_dim) is the same memory: no transpose to dispatch
-        qkv = qkv.view(batch, -1, 1, config.head_dim)
+        qkv = qkv.view(batch, -1, 1, fused.head_dim)
     else:
-        qkv = qkv.view(batch, seq, -1, config.head_dim).transpose(1, 2)
-    qk, v = qkv.split((heads + kv_heads, kv_heads), dim=1)  # (batch, heads + kv_heads | kv_heads, seq, hd)
-    q, k = rotate_signed(qk, cos, sin).split((heads, kv_heads), dim=1)  # q and k heads rotated at once
+        qkv = qkv.view(batch, seq, -1, fused.head_dim).transpose(1, 2)
+    qk, v = qkv.split_with_sizes(fused.qkv_split, dim=1)  # (batch, heads + kv_heads | kv_heads, seq, hd)
+    q, k = rotate_signed(qk, cos, sin).split_with_sizes(fused.qk_split, dim=1)  # rotated at once
     # q: (batch, heads, seq, head_dim); k, v: (batch, kv_heads, seq, head_dim)
     out = grouped_attention(q, k, v) if cache is None else cache.attend(layer, q, k, v)
     # heads side by side: (batch * seq, heads * head_dim); one new token per sequence is already so
-    out = out.reshape(batch, -1) if out.shape[2] == 1 else out.transpose(1, 2).reshape(x.shape[0], -1)
+    out = out.reshape(batch, -1) if seq == 1 else out.transpose(1, 2).reshape(x.shape[0], -1)
     return torch.addmm(x, out, w.o)  # x + o_proj(out)
 
 
@@ -158,13 +172,14 @@ def lean_forward(model, tokens: torch.Tensor, cache: KVCache | None, last_only: 
     ``model`` is a :class:`~kvlib.model.llama.TinyLlama`; tokens (batch, seq) -> logits
     (batch, seq, vocab), or (batch, 1, vocab) with ``last_only``.
     """
-    config = model.config
+    fused = model.fused.get(model)
     batch, seq = tokens.shape
-    cos, sin = model.rotary.lookup_signed(new_token_positions(tokens, cache, config))  # (batch, 1, seq, hd)
-    x = F.embedding(tokens, model.embed_tokens.weight).view(batch * seq, -1)  # (batch * seq, d_model)
-    fused = model.fused
-    for layer, w in enumerate(fused.get(model)):
-        x = lean_attention(x, w, fused.offset, cos, sin, layer, cache, config, batch)
+    cos, sin = model.rotary.lookup_signed(
+        new_token_positions(tokens, cache, model.config)
+    )  # (batch, 1, seq, hd)
+    x = torch.embedding(fused.embed, tokens).view(batch * seq, -1)  # (batch * seq, d_model)
+    for layer, w in enumerate(fused.layers):
+        x = lean_attention(x, w, fused, cos, sin, layer, cache, batch)
         x = lean_mlp(x, w, fused.offset)  # (batch * seq, d_model)
     if last_only:
         x = x.view(batch, seq, -1)[:, -1]  # (batch, d_model)
