@@ -37,13 +37,9 @@ from kvlib.sizing.catalog import (
     catalog_table,
     resolve_model,
 )
-from kvlib.sizing.config_reader import (
-    NON_ATTENTION_LAYER_TYPES,
-    load_config,
-    spec_from_config,
-    spec_from_model_config,
-)
+from kvlib.sizing.config_reader import load_config, spec_from_config, spec_from_model_config
 from kvlib.sizing.dtypes import KV_DTYPES, KVDtype, kv_dtype
+from kvlib.sizing.layer_pattern import NON_ATTENTION_LAYER_TYPES
 from kvlib.sizing.spec import (
     CacheSize,
     ModelSpec,

@@ -1,15 +1,25 @@
 """A Hugging Face ``config.json`` read into a :class:`~kvlib.sizing.spec.ModelSpec` (chapter 2).
 
 Model families spell the same facts differently, and the reader must find in each config
-the five things that bend the size formula (see :mod:`kvlib.sizing.spec`):
-:func:`spec_from_config` reads the layer, head and width keys (with older aliases such as
-GPT-2's ``n_layer`` and ``n_head``; contradictory spellings are an error), an explicit
-``head_dim`` (Gemma), ``multi_query`` (Falcon-7B), sliding windows (``sliding_window``,
-``layer_types``, Gemma-2's alternation, Qwen2's ``use_sliding_window``), Jamba's
-``attn_layer_period`` / ``attn_layer_offset``, MLA's ``kv_lora_rank`` /
-``qk_rope_head_dim``, and Whisper's encoder/decoder keys. It is what ``python -m kvlib size
-path/to/config.json`` and the catalog (:mod:`kvlib.sizing.catalog`) use.
-:func:`spec_from_model_config` describes chapter 1's own :class:`kvlib.model.ModelConfig`.
+what bends the size formula (see :mod:`kvlib.sizing.spec`). :func:`spec_from_config` reads
+
+- layers, heads and widths under every family's names (GPT-2/GPT-J ``n_layer``, ``n_head``,
+  ``n_embd``; MPT/DBRX ``n_layers``, ``n_heads``, ``d_model``, ``attn_config.kv_n_heads``;
+  ChatGLM ``num_layers``, ``multi_query_group_num``, ``kv_channels``; Falcon
+  ``multi_query``, ``new_decoder_architecture``, ``num_kv_heads``; OpenELM's per-layer
+  ``num_kv_heads`` lists; an explicit ``head_dim`` or ``attention_head_dim``); two
+  spellings that disagree are an error;
+- the layer pattern (:mod:`kvlib.sizing.layer_pattern`: windows, chunks, hybrids,
+  cross-attention layers);
+- MLA's ``kv_lora_rank`` / ``qk_rope_head_dim``;
+- encoder-decoder models (Whisper, BART ``encoder_layers``/``decoder_layers``, T5
+  ``num_layers``/``num_decoder_layers``/``d_kv``);
+- nested multimodal configs (``text_config``: Gemma-3-4B, Qwen2-VL, Llama-3.2-Vision).
+
+Every key that could change the size and that kvlib does not understand is refused
+(:mod:`kvlib.sizing.config_keys`). It is what ``python -m kvlib size path/to/config.json``
+and the catalog (:mod:`kvlib.sizing.catalog`) use. :func:`spec_from_model_config`
+describes chapter 1's own :class:`kvlib.model.ModelConfig`.
 """
 
 from __future__ import annotations
@@ -18,92 +28,212 @@ import json
 from pathlib import Path
 
 from kvlib import KVLibError
+from kvlib.sizing.config_keys import KNOWN_KEYS, check_keys
+from kvlib.sizing.layer_groups import LayerGroups, LayerKind
+from kvlib.sizing.layer_pattern import layer_groups_from_config, layer_readings
 from kvlib.sizing.spec import ModelSpec, require_int
 
-# Alternative spellings of the same config key (Falcon's and GPT-2's older names).
+# Alternative spellings of the same config key (GPT-2's, MPT's, ChatGLM's, OpenELM's names).
 _ALIASES = {
-    "num_hidden_layers": ("num_hidden_layers", "n_layer"),
-    "num_attention_heads": ("num_attention_heads", "n_head"),
-    "hidden_size": ("hidden_size", "n_embd"),
-    "max_position_embeddings": ("max_position_embeddings", "n_positions", "n_ctx"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_transformer_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "model_dim"),
+    "head_dim": ("head_dim", "attention_head_dim", "kv_channels"),
+    "max_position_embeddings": (
+        "max_position_embeddings",
+        "n_positions",
+        "n_ctx",
+        "max_seq_len",
+        "seq_length",
+        "max_context_length",
+    ),
 }
 
-# layer_types entries of layers that keep no KV cache (Mamba, linear attention, ... in hybrid models)
-NON_ATTENTION_LAYER_TYPES = ("mamba", "linear_attention", "conv", "mlp", "moe", "recurrent")
+# Model types that keep no KV cache at all (state-space and recurrent models).
+NO_KV_MODEL_TYPES = ("mamba", "mamba2", "rwkv", "rwkv5", "rwkv6", "rwkv7", "xlstm")
+# Encoder-decoder model types (their decoder caches self- and cross-attention K/V).
+ENCODER_DECODER_TYPES = ("t5", "mt5", "umt5", "bart", "mbart", "whisper", "marian", "pegasus")
+MAX_CONFIG_BYTES = 64 * 2**20  # no published config.json comes near; a bigger file is not one
 
 
 def load_config(config: dict | str | Path) -> dict:
-    """A config as a dict: the dict itself, or the JSON file at a path."""
+    """A config as a dict: the dict itself, or the JSON file at a path (a folder: its config.json)."""
     if isinstance(config, dict):
         return config
+    if not isinstance(config, (str, Path)):
+        raise KVLibError(f"a config must be a dict or a path to a config.json, not {type(config).__name__}")
     path = Path(config)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise KVLibError(f"{path} is a directory with no config.json in it")
+        path = path / "config.json"
     if not path.is_file():
-        raise KVLibError(f"no config file at {path}")
+        raise KVLibError(f"no config file at {path}" + (" (no such file)" if not path.exists() else ""))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise KVLibError(f"{path.name} is not valid JSON ({error})") from None
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise KVLibError(f"{path.name} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: not a config.json")
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise KVLibError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise KVLibError(f"{path.name} is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise KVLibError(f"{path.name} is nested too deeply to be a config.json") from None
+    except ValueError as error:  # JSONDecodeError, and integers beyond Python's 4,300-digit limit
+        raise KVLibError(f"{path.name} is not valid JSON ({str(error).splitlines()[0][:200]})") from None
     if not isinstance(data, dict):
         raise KVLibError(f"{path.name} must hold a JSON object, not {type(data).__name__}")
     return data
 
 
-def _get(config: dict, key: str, default=None, required: bool = True):
-    """config[key] under any of its spellings; contradictory spellings are an error."""
+def _get(config: dict, key: str, required: bool = True, low: int = 1):
+    """config[key] under any of its spellings, an integer >= ``low``; contradictory spellings are an error."""
     found = {name: config[name] for name in _ALIASES.get(key, (key,)) if config.get(name) is not None}
-    if len(set(map(json.dumps, found.values()))) > 1:
+    for name, value in found.items():
+        require_int(value, f"config key {name!r}", low)
+    if len(set(found.values())) > 1:
         raise KVLibError(f"config contradicts itself: {', '.join(f'{k}={v}' for k, v in found.items())}")
     if found:
         return next(iter(found.values()))
-    if required and default is None:
+    if required:
         raise KVLibError(f"config has no {key!r}")
-    return default
+    return None
 
 
-def _int(config: dict, key: str, low: int = 1, **kwargs):
-    value = _get(config, key, **kwargs)
-    if value is not None:
-        require_int(value, f"config key {key!r}", low)
-    return value
+def _flatten(config: dict) -> dict:
+    """A multimodal config's text_config plus the top-level keys it lacks (keys in both must agree)."""
+    text = config.get("text_config")
+    if text is None:
+        return config
+    if not isinstance(text, dict):
+        raise KVLibError(f"config's text_config must be an object, not {type(text).__name__}")
+    check_keys(text, "config's text_config")
+    top = {k: v for k, v in config.items() if k not in ("text_config", "model_type", "_name_or_path")}
+    for key, value in top.items():
+        if key in KNOWN_KEYS and key in text and isinstance(value, (int, str)) and text[key] != value:
+            raise KVLibError(f"config contradicts itself: {key}={value} but text_config's {key}={text[key]}")
+    return {**top, **text, "model_type": text.get("model_type") or config.get("model_type")}
+
+
+def _image_tokens(config: dict) -> int:
+    """Llama-3.2-Vision's image tokens: max_num_tiles x ((image_size / patch_size)^2 + 1) (one image)."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        raise KVLibError("config has cross_attention_layers but no vision_config to count the image tokens")
+    size, patch, tiles = (_get(vision, key) for key in ("image_size", "patch_size", "max_num_tiles"))
+    return tiles * ((size // patch) ** 2 + 1)
 
 
 def spec_from_config(
-    config: dict | str | Path, name: str | None = None, max_context: int | None = None
+    config: dict | str | Path,
+    name: str | None = None,
+    max_context: int | None = None,
+    encoder_tokens: int | None = None,
+    image_tokens: int | None = None,
 ) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face-style ``config.json`` (a dict or a path).
 
-    Reads the layer, head and width keys (with ``head_dim`` taking precedence over
-    ``hidden_size / num_attention_heads``, as Gemma needs), ``multi_query`` (one KV head,
-    as Falcon-7B), sliding windows (``sliding_window``, ``layer_types``, Gemma-2's
-    alternation, Qwen2's ``use_sliding_window``), Jamba's ``attn_layer_period`` /
-    ``attn_layer_offset``, MLA's ``kv_lora_rank`` / ``qk_rope_head_dim``, and the
-    encoder/decoder keys of Whisper-style models.
+    ``encoder_tokens``: encoder positions each decoder layer cross-attends to (default:
+    Whisper's ``max_source_positions``, or the longest input of BART/T5). ``image_tokens``:
+    tokens Llama-3.2-Vision's cross-attention layers cache (default: one image,
+    ``max_num_tiles x ((image_size / patch_size)^2 + 1)`` = 4 x 1,601 for 560-pixel tiles of
+    14-pixel patches).
     """
-    config = load_config(config)
-    name = name or config.get("_name_or_path") or config.get("model_type") or "model from config"
-    if config.get("is_encoder_decoder") or "decoder_layers" in config:
-        return _encoder_decoder_spec(config, name, max_context)
-    num_layers = _int(config, "num_hidden_layers")
-    num_heads = _int(config, "num_attention_heads")
-    head_dim = _head_dim(config, num_heads)
+    raw = load_config(config)
+    check_keys(raw)
+    model_type = raw.get("model_type")
+    if model_type in NO_KV_MODEL_TYPES:
+        raise KVLibError(f"model_type {model_type!r} has no attention layer: it keeps a fixed-size state")
+    if raw.get("cross_attention_layers") is not None or isinstance(raw.get("text_config"), dict):
+        if image_tokens is None and "cross_attention_layers" in (raw.get("text_config") or raw):
+            image_tokens = _image_tokens(raw)
+    config = dict(_flatten(raw))  # a copy: the reader may note MPT's window in it
+    name = name or raw.get("_name_or_path") or model_type or "model from config"
+    if not isinstance(name, str):
+        raise KVLibError(f"config's _name_or_path must be a string, not {type(name).__name__}")
+    for key, value in (("max_context", max_context), ("encoder_tokens", encoder_tokens)):
+        if value is not None:
+            require_int(value, key, low=1)
+    if image_tokens is not None:
+        require_int(image_tokens, "image_tokens", low=0)
+    if config.get("pre_seq_len") is not None:
+        raise KVLibError(
+            "config's pre_seq_len (P-tuning prefix tokens in every layer's cache) is not supported"
+        )
+    if config.get("is_encoder_decoder") or "decoder_layers" in config or model_type in ENCODER_DECODER_TYPES:
+        return _encoder_decoder_spec(config, name, max_context, encoder_tokens)
+    return _decoder_spec(config, name, max_context, image_tokens)
+
+
+def _decoder_spec(config: dict, name: str, max_context: int | None, image_tokens: int | None) -> ModelSpec:
+    num_layers = _get(config, "num_hidden_layers")
+    attn = _attn_config(config)
+    if isinstance(config.get("num_kv_heads"), list) or isinstance(config.get("num_query_heads"), list):
+        num_heads, num_kv_heads, groups = _per_layer_heads(config, num_layers, image_tokens)
+    else:
+        num_heads = _get(config, "num_attention_heads")
+        num_kv_heads = _num_kv_heads(config, num_heads, attn)
+        groups = layer_groups_from_config(config, num_layers, image_tokens)
     return ModelSpec(
         name=name,
         num_layers=num_layers,
         num_heads=num_heads,
-        num_kv_heads=_num_kv_heads(config, num_heads),
-        head_dim=head_dim,
-        attention_layers=_attention_layers(config, num_layers),
-        sliding_windows=_sliding_windows(config, num_layers),
-        kv_lora_rank=_int(config, "kv_lora_rank", required=False),
-        qk_rope_head_dim=_int(config, "qk_rope_head_dim", required=False),
-        max_context=max_context or _int(config, "max_position_embeddings", required=False),
+        num_kv_heads=num_kv_heads,
+        head_dim=_head_dim(config, num_heads),
+        kv_lora_rank=_get(config, "kv_lora_rank", required=False),
+        qk_rope_head_dim=_get(config, "qk_rope_head_dim", required=False),
+        max_context=max_context or _get(config, "max_position_embeddings", required=False),
+        layer_groups=groups,
     )
 
 
+def _attn_config(config: dict) -> dict:
+    """MPT's and DBRX's attn_config (checked like the top level); its window becomes sliding_window."""
+    attn = config.get("attn_config")
+    if attn is None:
+        return {}
+    if not isinstance(attn, dict):
+        raise KVLibError(f"config's attn_config must be an object, not {type(attn).__name__}")
+    check_keys(attn, "config's attn_config")
+    window = attn.get("sliding_window_size")
+    if window not in (None, -1):
+        require_int(window, "attn_config's sliding_window_size", low=1)
+        if config.get("sliding_window") not in (None, window):
+            raise KVLibError(
+                "config contradicts itself: sliding_window and attn_config's sliding_window_size"
+            )
+        config["sliding_window"] = window  # the flattened copy or the caller's dict: same value either way
+    return attn
+
+
+def _per_layer_heads(config: dict, num_layers: int, image_tokens) -> tuple[int, int, LayerGroups]:
+    """OpenELM: num_query_heads and num_kv_heads list one count per layer."""
+    lists = {}
+    for key in ("num_query_heads", "num_kv_heads"):
+        values = config.get(key)
+        if not isinstance(values, list) or len(values) != num_layers:
+            raise KVLibError(f"config's {key} must list {num_layers:,} head counts (one per layer)")
+        for value in values:
+            require_int(value, f"an entry of config's {key}", low=1)
+        lists[key] = values
+    if layer_readings(config, num_layers, image_tokens):
+        raise KVLibError(
+            "config lists per-layer head counts and a layer pattern; kvlib reads one or the other"
+        )
+    for q, kv in zip(lists["num_query_heads"], lists["num_kv_heads"], strict=True):
+        if q % kv:
+            raise KVLibError(f"config has a layer with {q} query heads and {kv} KV heads (not a multiple)")
+    groups = LayerGroups.from_kinds([LayerKind(num_kv_heads=kv) for kv in lists["num_kv_heads"]])
+    return max(lists["num_query_heads"]), max(lists["num_kv_heads"]), groups
+
+
 def _head_dim(config: dict, num_heads: int, hidden_key: str = "hidden_size") -> int:
-    if config.get("head_dim") is not None:
-        return _int(config, "head_dim")
-    hidden = _int(config, hidden_key)
+    explicit = _get(config, "head_dim", required=False)
+    if explicit is not None:
+        return explicit
+    hidden = _get(config, hidden_key)
     if hidden % num_heads:
         raise KVLibError(
             f"config has no 'head_dim' and {hidden_key} ({hidden}) is not divisible by the {num_heads} heads"
@@ -111,18 +241,29 @@ def _head_dim(config: dict, num_heads: int, hidden_key: str = "hidden_size") -> 
     return hidden // num_heads
 
 
-def _num_kv_heads(config: dict, num_heads: int) -> int:
-    """KV heads: num_key_value_heads (or Falcon's num_kv_heads); multi_query means one."""
-    kv_heads = _int(config, "num_key_value_heads", required=False)
+def _num_kv_heads(config: dict, num_heads: int, attn: dict) -> int:
+    """KV heads under each family's name; multi_query means one, as transformers reads it."""
+    found = {}
+    for key in ("num_key_value_heads", "num_kv_heads", "n_head_kv"):
+        if config.get(key) is not None:
+            found[key] = _get(config, key)
+    if attn.get("kv_n_heads") is not None:
+        require_int(attn["kv_n_heads"], "attn_config's kv_n_heads", low=1)
+        found["attn_config.kv_n_heads"] = attn["kv_n_heads"]
+    if attn.get("attn_type") == "multiquery_attention":
+        found["attn_config.attn_type"] = 1
+    if config.get("multi_query_attention") and config.get("multi_query_group_num") is not None:
+        found["multi_query_group_num"] = _get(config, "multi_query_group_num")  # ChatGLM
     if config.get("multi_query") and not config.get("new_decoder_architecture"):
-        if kv_heads not in (None, 1):
+        if found.get("num_key_value_heads", 1) != 1:
             raise KVLibError(
-                f"config contradicts itself: multi_query is true but num_key_value_heads is {kv_heads}"
+                f"config contradicts itself: multi_query is true but num_key_value_heads is "
+                f"{found['num_key_value_heads']}"
             )
-        return 1  # Falcon-7B: its num_kv_heads is ignored when multi_query is set, as transformers does
-    if kv_heads is None:
-        kv_heads = _int(config, "num_kv_heads", required=False)
-    kv_heads = num_heads if kv_heads is None else kv_heads
+        return 1  # Falcon-7B, StarCoder: a num_kv_heads beside multi_query is ignored, as transformers does
+    if len(set(found.values())) > 1:
+        raise KVLibError(f"config contradicts itself: {', '.join(f'{k}={v}' for k, v in found.items())}")
+    kv_heads = next(iter(found.values()), num_heads)
     if num_heads % kv_heads:
         raise KVLibError(
             f"config's num_attention_heads ({num_heads}) is not a multiple of "
@@ -131,73 +272,35 @@ def _num_kv_heads(config: dict, num_heads: int) -> int:
     return kv_heads
 
 
-def _layer_types(config: dict, num_layers: int) -> list[str] | None:
-    types = config.get("layer_types")
-    if types is None:
-        return None
-    if not isinstance(types, list) or len(types) != num_layers:
-        raise KVLibError(f"config's layer_types must list {num_layers} layer types (num_hidden_layers)")
-    for layer_type in types:
-        if layer_type not in (
-            "full_attention",
-            "sliding_attention",
-            "chunked_attention",
-            *NON_ATTENTION_LAYER_TYPES,
-        ):
-            raise KVLibError(f"config's layer_types has an unknown type {layer_type!r}")
-    return types
-
-
-def _attention_layers(config: dict, num_layers: int) -> tuple[int, ...] | None:
-    types = _layer_types(config, num_layers)
-    if types is not None:
-        return tuple(i for i, t in enumerate(types) if t not in NON_ATTENTION_LAYER_TYPES)
-    period = _int(config, "attn_layer_period", required=False)
-    if period is None:
-        return None
-    offset = _int(config, "attn_layer_offset", low=0, required=False) or 0
-    if offset >= period:
-        raise KVLibError(
-            f"config's attn_layer_offset ({offset}) must be smaller than attn_layer_period ({period})"
-        )
-    return tuple(i for i in range(num_layers) if i % period == offset)
-
-
-def _sliding_windows(config: dict, num_layers: int) -> tuple[int | None, ...]:
-    window = _int(config, "sliding_window", required=False)
-    if config.get("use_sliding_window") is False:  # Qwen2: the window is configured but switched off
-        window = None
-    types = _layer_types(config, num_layers)
-    if types is not None:
-        chunk = _int(config, "attention_chunk_size", required=False)
-        windows = {"sliding_attention": window, "chunked_attention": chunk}
-        if any(t in windows and windows[t] is None for t in types):
-            raise KVLibError(
-                "config's layer_types has sliding/chunked layers but no sliding_window/attention_chunk_size"
-            )
-        return tuple(windows.get(t) for t in types)
-    if window is None:
-        return (None,) * num_layers
-    if config.get("model_type") in ("gemma2",):  # alternating: even layers local, odd layers global
-        return tuple(window if i % 2 == 0 else None for i in range(num_layers))
-    if config.get("use_sliding_window"):  # Qwen2: layers from max_window_layers on use the window
-        first = _int(config, "max_window_layers", low=0, required=False) or 0
-        return tuple(window if i >= first else None for i in range(num_layers))
-    return (window,) * num_layers  # Mistral: every layer
-
-
-def _encoder_decoder_spec(config: dict, name: str, max_context: int | None) -> ModelSpec:
-    """Whisper/BART-style keys: decoder layers cache self-attention and cross-attention K/V."""
-    num_heads = _int(config, "decoder_attention_heads")
+def _encoder_decoder_spec(
+    config: dict, name: str, max_context: int | None, encoder_tokens: int | None
+) -> ModelSpec:
+    """Whisper/BART/T5 keys: decoder layers cache self-attention and cross-attention K/V."""
+    if config.get("decoder_layers") is not None:  # Whisper, BART
+        num_layers, num_encoder = _get(config, "decoder_layers"), _get(config, "encoder_layers", low=0)
+        num_heads = _get(config, "decoder_attention_heads")
+        head_dim = _head_dim(config, num_heads, hidden_key="d_model")
+        longest_input = _get(config, "max_source_positions", required=False)
+        longest_output = _get(config, "max_target_positions", required=False)
+    else:  # T5: num_layers is the encoder's, num_decoder_layers the decoder's (default the same)
+        num_encoder = _get(config, "num_layers")
+        num_layers = _get(config, "num_decoder_layers", required=False) or num_encoder
+        num_heads = _get(config, "num_heads")
+        head_dim = _get(config, "d_kv", required=False) or _head_dim(config, num_heads, hidden_key="d_model")
+        longest_input = longest_output = None
+    longest = _get(config, "max_position_embeddings", required=False)
+    longest_input, longest_output = longest_input or longest, longest_output or longest
+    if encoder_tokens is None and longest_input is None:
+        raise KVLibError("config gives no encoder length; pass encoder_tokens")
     return ModelSpec(
         name=name,
-        num_layers=_int(config, "decoder_layers"),
+        num_layers=num_layers,
         num_heads=num_heads,
         num_kv_heads=num_heads,
-        head_dim=_head_dim(config, num_heads, hidden_key="d_model"),
-        cross_attention_tokens=_int(config, "max_source_positions"),
-        num_encoder_layers=_int(config, "encoder_layers", low=0),
-        max_context=max_context or _int(config, "max_target_positions"),
+        head_dim=head_dim,
+        cross_attention_tokens=encoder_tokens or longest_input,
+        num_encoder_layers=num_encoder,
+        max_context=max_context or longest_output,
     )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from kvlib import KVLibError
 from kvlib.sizing.dtypes import KVDtype
-from kvlib.sizing.spec import ModelSpec, require_spec, check_context, require_int, stack_bytes
+from kvlib.sizing.spec import ModelSpec, check_context, require_int, require_spec, stack_bytes
 
 # kvlib sizes at most this many pipeline stages (it compares every stage); real deployments use a few.
 MAX_PIPELINE_STAGES = 4096

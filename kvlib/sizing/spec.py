@@ -309,7 +309,8 @@ def require_spec(spec) -> None:
     """Raise :class:`~kvlib.KVLibError` unless ``spec`` is a :class:`ModelSpec` (not a name, not None)."""
     if not isinstance(spec, ModelSpec):
         raise KVLibError(
-            f"expected a ModelSpec (e.g. sizing.catalog_entry(name).spec), not {type(spec).__name__} {spec!r:.60}"
+            "expected a ModelSpec (e.g. sizing.catalog_entry(name).spec), "
+            f"not {type(spec).__name__} {spec!r:.60}"
         )
 
 
