@@ -31,6 +31,7 @@ from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
+from kvlib.serving.simulator import checked_requests
 from kvlib.serving.traces import Request
 from kvlib.serving.types import StepPlan
 
@@ -78,6 +79,7 @@ def run_engine(
     ``result.finished[i].tokens`` (prompt, then its output).
     """
     config = SchedulerConfig() if config is None else config
+    requests = checked_requests(requests)
     device = model.lm_head.weight.device
     if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
         raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")

@@ -24,6 +24,7 @@ from kvlib import KVLibError
 from kvlib.paged.block_manager import Allocation, BlockManager, num_blocks_for
 from kvlib.paged.usage import stored_tokens
 from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
+from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.traces import Request
 from kvlib.serving.types import SeqState, StepPlan
 
@@ -64,6 +65,7 @@ class ReservedMemory:
         manager: BlockManager | None = None,
         allocator: str = "buddy",
     ):
+        num_slots, max_len = require_count(num_slots, "num_slots"), require_count(max_len, "max_len")
         reservation_slots(policy, Request(0, 0.0, (0,), 1), max_len)  # validates the name
         if allocator not in ALLOCATORS:
             raise KVLibError(f"unknown allocator {allocator!r}; choose from {', '.join(ALLOCATORS)}")
@@ -145,8 +147,10 @@ class BlockCounter:
     """
 
     def __init__(self, num_blocks: int, block_size: int):
-        if num_blocks < 1 or block_size < 1:
-            raise KVLibError(f"num_blocks and block_size must be positive, not {num_blocks}, {block_size}")
+        num_blocks, block_size = (
+            require_count(num_blocks, "num_blocks"),
+            require_count(block_size, "block_size"),
+        )
         self.num_blocks, self.block_size, self.num_free_blocks = num_blocks, block_size, num_blocks
         self.num_slots: dict[int, int] = {}  # seq_id -> tokens with a slot
 
@@ -202,7 +206,7 @@ class PagedMemory:
     policy = "paged"
 
     def __init__(self, manager: BlockManager | BlockCounter, max_len: int, watermark: float = 0.01):
-        if not 0 <= watermark < 1:
+        if not 0 <= require_real(watermark, "the watermark") < 1:
             raise KVLibError(f"the watermark is a share of the blocks in [0, 1), not {watermark}")
         self.manager, self.max_len = manager, max_len
         self.watermark_blocks = int(watermark * manager.num_blocks)
@@ -264,9 +268,18 @@ def make_memory(
     """The memory of one policy over a budget of ``num_slots`` token slots.
 
     ``allocator`` concerns the reservation policies, ``watermark`` (the share of blocks
-    admission keeps free) the paged one.
+    admission keeps free) the paged one. Every count is checked to be an integer >= 1 first: a
+    ``block_size`` of 0 divided by zero, and one of 1.5 ran on with fractional blocks.
     """
+    num_slots, max_len = require_count(num_slots, "num_slots"), require_count(max_len, "max_len")
+    block_size = require_count(block_size, "block_size")
+    if not isinstance(enable_prefix_caching, bool):
+        raise KVLibError(f"enable_prefix_caching must be True or False, not {enable_prefix_caching!r}")
+    if not isinstance(allocator, str) or allocator not in ALLOCATORS:
+        raise KVLibError(f"unknown allocator {allocator!r}; choose from {', '.join(ALLOCATORS)}")
     if policy == "paged":
+        if num_slots < block_size:
+            raise KVLibError(f"a budget of {num_slots} slots holds no block of {block_size}")
         if manager is None and enable_prefix_caching:
             manager = BlockManager(num_slots // block_size, block_size, enable_prefix_caching=True)
         return PagedMemory(manager or BlockCounter(num_slots // block_size, block_size), max_len, watermark)

@@ -16,6 +16,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from kvlib.serving.arguments import require_count
 from kvlib.serving.traces import Request
 from kvlib.serving.types import Memory, SeqState, StepPlan, StepRecord
 
@@ -31,6 +32,11 @@ class SchedulerConfig:
 
     max_num_seqs: int = 256  # sequences running at once (decoding or being prefilled)
     max_prefill_tokens: int = 2048  # tokens of the prompts admitted at one step, their cached prefix included
+
+    def __post_init__(self):
+        # 0 sequences would run nothing, ever: name it here rather than as "a request never fits"
+        require_count(self.max_num_seqs, "max_num_seqs")
+        require_count(self.max_prefill_tokens, "max_prefill_tokens")
 
 
 class Scheduler:

@@ -14,6 +14,7 @@ and how many sequences run.
 from __future__ import annotations
 
 from kvlib import KVLibError
+from kvlib.serving.arguments import require_count
 from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
@@ -41,8 +42,16 @@ def simulate(
     free at admission (see :func:`kvlib.serving.placement.make_memory`). ``config``: the
     scheduler's step limits (default :class:`SchedulerConfig`'s).
     """
-    if not requests:
-        raise KVLibError("simulate needs at least one request")
+    requests = checked_requests(requests)
+    if not isinstance(step_model, StepTimeModel):
+        raise KVLibError(f"step_model must be a StepTimeModel, not {type(step_model).__name__}")
+    if step_model.fixed_s + step_model.per_seq_s <= 0:
+        raise KVLibError(
+            "step_model: fixed_s + per_seq_s must be > 0, or a step takes no time and the clock stands still"
+        )
+    if config is not None and not isinstance(config, SchedulerConfig):
+        raise KVLibError(f"config must be a SchedulerConfig or None, not {type(config).__name__}")
+    max_len = require_count(max_len, "max_len")
     longest = max(r.total_len for r in requests)
     if longest > max_len:
         raise KVLibError(f"a request of {longest} tokens exceeds max_len {max_len}")
@@ -61,7 +70,7 @@ def simulate(
         if not scheduler.running and not scheduler.waiting:
             now = max(now, scheduler.next_arrival())
         plan = scheduler.schedule(now)
-        if plan.num_seqs == 0:
+        if plan.num_seqs == 0:  # the checks above and make_memory's leave no known way here
             raise KVLibError(
                 f"policy {policy}: nothing can run with {num_slots} slots (a request never fits)"
             )
@@ -71,3 +80,27 @@ def simulate(
         memory.mark_computed(plan)
         scheduler.complete(plan, [0] * plan.num_seqs, now)
     return result_from(scheduler, policy, durations)
+
+
+def checked_requests(requests) -> list[Request]:
+    """``requests`` as a list, once it is checked to hold at least one :class:`Request`, each id once.
+
+    Two requests with one ``req_id`` would share one entry of every memory's tables (one
+    frees the other's blocks): a KVLibError, not a corrupted run. Each request's own fields
+    (``output_len >= 1``, a finite arrival, a prompt) are checked when it is made.
+    """
+    try:
+        requests = list(requests)
+    except TypeError:
+        raise KVLibError(f"requests must be a list of Request, not {type(requests).__name__}") from None
+    if not requests:
+        raise KVLibError("simulate needs at least one request")
+    strangers = [r for r in requests if not isinstance(r, Request)]
+    if strangers:
+        raise KVLibError(f"requests must be Request objects, not {type(strangers[0]).__name__}")
+    ids = [r.req_id for r in requests]
+    if len(set(ids)) < len(ids):
+        seen: set[int] = set()
+        twice = next(i for i in ids if i in seen or seen.add(i))
+        raise KVLibError(f"req_id {twice} is used by more than one request: ids must be unique")
+    return requests

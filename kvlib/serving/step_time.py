@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlib import KVLibError
+from kvlib.serving.arguments import require_real
 from kvlib.serving.types import StepPlan
 
 TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")  # StepTimeModel's constants, in order
@@ -34,6 +35,11 @@ class StepTimeModel:
     per_context_s: float  # seconds per cached token a decoding sequence reads
     per_prefill_s: float  # seconds per prompt token prefilled
     source: str = ""  # where the constants come from (a calibration, a data sheet)
+
+    def __post_init__(self):
+        # a negative or NaN constant gives negative or NaN step times, and throughput of the same sign
+        for term in TERMS:
+            require_real(getattr(self, term), f"StepTimeModel.{term} (seconds)")
 
     def predict(self, num_seqs, num_context_tokens, num_prefill_tokens):
         """Seconds of steps with these counts (numbers or arrays of one shape: one step each)."""
@@ -67,15 +73,23 @@ def fit_step_time(
     much as long ones. A term whose best value would be negative is dropped (set to 0) and
     the others refitted: no step gets faster by doing more work.
     """
-    columns = [
-        np.ones(len(seconds)),
-        *(np.asarray(x, dtype=np.float64) for x in (num_seqs, num_context_tokens, num_prefill_tokens)),
-    ]
-    seconds = np.asarray(seconds, dtype=np.float64)
+    try:
+        counts = [
+            np.asarray(x, dtype=np.float64).reshape(-1)
+            for x in (num_seqs, num_context_tokens, num_prefill_tokens)
+        ]
+        seconds = np.asarray(seconds, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise KVLibError(
+            "fit_step_time needs numbers: counts of sequences, tokens and measured seconds"
+        ) from None
+    columns = [np.ones(len(seconds)), *counts]
     if len(seconds) < 4 or any(len(c) != len(seconds) for c in columns) or not np.all(seconds > 0):
         raise KVLibError(
             "fit_step_time needs at least 4 measured steps with positive times, and equal-length inputs"
         )
+    if not all(np.all(np.isfinite(c)) and np.all(c >= 0) for c in [*columns, seconds]):
+        raise KVLibError("fit_step_time needs finite, non-negative counts and times (no NaN, no inf)")
     active = list(range(4))
     while True:
         design = np.stack([columns[i] for i in active], axis=1) / seconds[:, None]

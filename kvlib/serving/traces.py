@@ -18,12 +18,14 @@ A rate of ``inf`` puts every request in the queue at time 0 (a saturated server)
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
 
 from kvlib import KVLibError
+from kvlib.serving.arguments import are_token_ids, require_count, require_real
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class TraceSpec:
     source: str = ""
 
     def __post_init__(self):
+        for key in ("mean_input", "mean_output", "sigma"):
+            require_real(getattr(self, key), f"trace {self.name!r}: {key}")
+        require_count(self.max_len, f"trace {self.name!r}: max_len", 2)
         if not (self.sigma > 0 and self.max_len >= 2):
             raise KVLibError(
                 f"trace {self.name!r}: sigma must be > 0 and max_len >= 2, not {self.sigma}, {self.max_len}"
@@ -79,6 +84,7 @@ class TraceSpec:
 
     def scaled(self, factor: float, name: str | None = None) -> TraceSpec:
         """The same shapes with every length divided by ``factor`` (for runs of the real model)."""
+        require_real(factor, "the scaling factor", positive=True)
         return replace(
             self,
             name=name or f"{self.name} / {factor:g}",
@@ -127,9 +133,10 @@ def _solve_mu(mean_of_mu, target: float) -> float:
 
 def sample_lengths(spec: TraceSpec, num: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Prompt and output lengths of ``num`` requests, (num,) each, every total at most ``max_len``."""
-    if not isinstance(num, int) or num < 1:
+    if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 1:  # True is no count
         raise KVLibError(f"the number of requests must be a positive integer, not {num!r}")
-    rng = np.random.default_rng(seed)
+    num = int(num)
+    rng = np.random.default_rng(require_count(seed, "the seed", 0))
     inputs = np.clip(np.round(rng.lognormal(spec.mu_input, spec.sigma, num)), 1, spec.max_len - 1).astype(int)
     outputs = np.round(rng.lognormal(spec.mu_output, spec.sigma, num))
     outputs = np.clip(outputs, 1, spec.max_len - inputs).astype(int)
@@ -148,6 +155,30 @@ class Request:
     arrival_s: float  # seconds after the trace starts
     prompt: tuple[int, ...] = field(repr=False)  # token ids
     output_len: int  # tokens it generates
+
+    def __post_init__(self):
+        """Refuse what no server can serve, in one line naming the field (issue 13's hardening).
+
+        ``output_len`` must be at least 1, as vLLM requires ``max_tokens >= 1``
+        (vllm/sampling_params.py, ``SamplingParams._verify_args``: a vLLM server answers
+        ``max_tokens=0`` with "max_tokens must be at least 1, got 0."). We reject 0 rather
+        than finish such a request at once, because no engine can: the prefill that computes
+        a prompt's K/V also produces its first output token. The scheduler retires a request
+        when it has generated ``output_len`` tokens; at 0 that never happened, so the
+        simulator kept the request (and, under ``max``, ``pow2`` and ``oracle``, its
+        reservation) forever and never returned. The prompt holds at least one token id
+        (vLLM refuses an empty prompt too: the last prompt token's logits choose the first
+        output token), and the arrival is a finite time >= 0 (a NaN arrival never arrives).
+        """
+        require_count(self.req_id, "req_id", 0)
+        require_real(self.arrival_s, f"request {self.req_id}: arrival_s")
+        if not isinstance(self.prompt, tuple | list) or not self.prompt:
+            raise KVLibError(f"request {self.req_id}: the prompt must be a non-empty tuple of token ids")
+        if not are_token_ids(self.prompt):
+            raise KVLibError(
+                f"request {self.req_id}: token ids must be integers >= 0, not {self.prompt!r}"[:200]
+            )
+        require_count(self.output_len, f"request {self.req_id}: output_len (vLLM's max_tokens)", 1)
 
     @property
     def prompt_len(self) -> int:
@@ -175,8 +206,10 @@ def make_trace(
     put in front of every prompt, which makes it longer (outputs are shortened if the total
     would exceed ``max_len``).
     """
-    if not rate > 0:
-        raise KVLibError(f"the request rate must be positive (or inf), not {rate!r}")
+    require_real(rate, "the request rate (requests per second)", allow_inf=True, positive=True)
+    require_count(vocab_size, "vocab_size")
+    if not are_token_ids(system_prompt):
+        raise KVLibError(f"system_prompt must be a tuple of token ids >= 0, not {system_prompt!r}"[:200])
     inputs, outputs = sample_lengths(spec, num_requests, seed)
     rng = np.random.default_rng([seed, 1])
     gaps = np.zeros(num_requests) if math.isinf(rate) else rng.exponential(1.0 / rate, num_requests)
