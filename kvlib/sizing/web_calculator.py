@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from importlib import resources
 
 from kvlib import KVLibError
 from kvlib.sizing.capacity import format_bytes_gib, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_export, catalog_names
-from kvlib.sizing.spec import cache_size, token_layer_bytes
+from kvlib.sizing.spec import cache_size, require_int, token_layer_bytes
 from kvlib.sizing.widget import capacity_report
 
 # The widget's choices and bounds (kvlib.sizing.widget.calculator). The bounds keep every byte count
@@ -30,7 +31,13 @@ KV_CHOICES = ("fp16", "bf16", "fp8", "int8", "int4")
 
 WEIGHT_CHOICES = ("bf16", "fp8", "int4")
 
-LIMITS = {"batch": 100_000, "gpu_gib": 100_000, "overhead_gib": 100_000}
+LIMITS = {
+    "batch": 100_000,
+    "gpu_gib": 100_000,
+    "overhead_gib": 100_000,
+    "tensor_parallel_size": 1024,
+    "pipeline_parallel_size": 1024,
+}
 
 DEFAULTS = {
     "model": "Llama-3-8B",
@@ -40,7 +47,45 @@ DEFAULTS = {
     "gpu_gib": 80.0,
     "weight_dtype": "bf16",
     "overhead_gib": 4.0,
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
 }
+
+
+def _check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size) -> None:
+    """The form's bounds, checked first as the script checks them (each message names the field)."""
+    for key, name, value in (("gpu_gib", "GPU memory", gpu_gib), ("overhead_gib", "overhead", overhead_gib)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise KVLibError(f"{name} must be a number of GiB, not {value!r}")
+        if value > LIMITS[key]:
+            raise KVLibError(f"{name} must be at most {LIMITS[key]:,} GiB here")
+    for key, value in (
+        ("tensor_parallel_size", tensor_parallel_size),
+        ("pipeline_parallel_size", pipeline_parallel_size),
+    ):
+        require_int(value, key, low=1)
+        if value > LIMITS[key]:
+            raise KVLibError(f"{key} must be at most {LIMITS[key]:,} here")
+
+
+def _parallel_rows(report: dict, batch: int) -> list[tuple[str, str, str]]:
+    """The rows a TP x PP layout adds: the fullest GPU's cache, and what one GPU of it holds."""
+    r = report
+    heads = (
+        "the MLA latent (replicated on every GPU)"
+        if r["is_mla"]
+        else f"{r['kv_heads_per_gpu']:,} of the {r['num_kv_heads']:,} KV heads per layer"
+    )
+    return [
+        (
+            "per_gpu",
+            "per GPU",
+            f"{format_bytes_gib(r['per_gpu_bytes'])} for {batch:,} sequences on the fullest of "
+            f"{r['num_gpus']:,} GPUs (tensor_parallel_size {r['tensor_parallel_size']:,} x "
+            f"pipeline_parallel_size {r['pipeline_parallel_size']:,})",
+        ),
+        ("kv_heads_per_gpu", "each GPU", f"{heads} x {r['layers_per_gpu']:,} layers"),
+    ]
 
 
 def answer_rows(
@@ -51,13 +96,28 @@ def answer_rows(
     gpu_gib: float = 80.0,
     weight_dtype: str = "bf16",
     overhead_gib: float = 4.0,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
 ) -> list[tuple[str, str, str]]:
     """(key, label, text) per row of the calculator's answer: cache per token, per sequence and
-    for the batch, weights, the GPU share, max batch and max context (as kvlib computes them)."""
-    for key, name, value in (("gpu_gib", "GPU memory", gpu_gib), ("overhead_gib", "overhead", overhead_gib)):
-        if value > LIMITS[key]:
-            raise KVLibError(f"{name} must be at most {LIMITS[key]:,} GiB here")
-    report = capacity_report(model, context, batch, kv_dtype, gpu_gib, weight_dtype, overhead_gib)
+    for the batch, weights, the GPU share, max batch and max context (as kvlib computes them).
+
+    On more than one GPU (``tensor_parallel_size x pipeline_parallel_size``) the GPU memory and
+    overhead are per GPU, two rows give the fullest GPU's cache and what one GPU holds, and the
+    share, max batch and max context are that GPU's (:func:`kvlib.sizing.widget.capacity_report`).
+    """
+    _check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size)
+    report = capacity_report(
+        model,
+        context,
+        batch,
+        kv_dtype,
+        gpu_gib,
+        weight_dtype,
+        overhead_gib,
+        tensor_parallel_size,
+        pipeline_parallel_size,
+    )
     if batch > LIMITS["batch"]:
         raise KVLibError(f"batch must be at most {LIMITS['batch']:,} here")
     entry = catalog_entry(model)
@@ -67,7 +127,11 @@ def answer_rows(
     cross = f", of which {one.cross_attention_bytes:,} B cross-attention" if one.cross_attention_bytes else ""
     batch_bytes = cache_size(spec, context, batch, kv_dtype).total_bytes
     verdict = "fits" if report["fits"] else "does NOT fit"
-    return [
+    several = report["num_gpus"] > 1
+    weights = f"{format_bytes_gib(weight_bytes(entry.num_parameters, weight_dtype))} ({weight_dtype})"
+    if several:
+        weights += f", {format_bytes_gib(report['weight_bytes_per_gpu'])} per GPU"
+    rows = [
         (
             "per_token",
             "per token",
@@ -75,12 +139,13 @@ def answer_rows(
         ),
         ("per_sequence", "one sequence", f"{format_bytes_gib(one.total_bytes)} at {context:,} tokens{cross}"),
         ("batch", "the batch", f"{format_bytes_gib(batch_bytes)} for {batch:,} sequences"),
+        *(_parallel_rows(report, batch) if several else []),
+        ("weights", "weights", weights),
         (
-            "weights",
-            "weights",
-            f"{format_bytes_gib(weight_bytes(entry.num_parameters, weight_dtype))} ({weight_dtype})",
+            "gpu_share",
+            "GPU memory",
+            f"{report['gpu_fraction']:,.1%} used{' on the fullest GPU' if several else ''}: {verdict}",
         ),
-        ("gpu_share", "GPU memory", f"{report['gpu_fraction']:,.1%} used: {verdict}"),
         ("max_batch", "max batch", f"{report['max_batch']:,} sequences of {context:,} tokens"),
         (
             "max_context",
@@ -89,6 +154,7 @@ def answer_rows(
             f"(model maximum {report['model_max_context']:,})",
         ),
     ]
+    return rows
 
 
 def script_source() -> str:
@@ -138,12 +204,20 @@ def calculator_html(**inputs) -> str:
         f'<label>batch (sequences)<input type="number" name="batch" min="1" max="{LIMITS["batch"]}" step="1" '
         f'value="{v["batch"]}"></label>',
         f'<label>KV dtype<select name="kv_dtype">{_options(KV_CHOICES, v["kv_dtype"])}</select></label>',
-        f'<label>GPU memory (GiB)<input type="number" name="gpu_gib" min="0" max="{LIMITS["gpu_gib"]}" '
-        f'step="any" value="{float(v["gpu_gib"])!r}"></label>',
+        '<label>GPU memory per GPU (GiB)<input type="number" name="gpu_gib" min="0" '
+        f'max="{LIMITS["gpu_gib"]}" step="any" value="{float(v["gpu_gib"])!r}"></label>',
         '<label>weights<select name="weight_dtype">'
         f"{_options(WEIGHT_CHOICES, v['weight_dtype'])}</select></label>",
         '<label>overhead (GiB)<input type="number" name="overhead_gib" min="0" '
         f'max="{LIMITS["overhead_gib"]}" step="any" value="{float(v["overhead_gib"])!r}"></label>',
+        *(
+            f'<label>{label}<input type="number" name="{key}" min="1" max="{LIMITS[key]}" step="1" '
+            f'value="{v[key]}"></label>'
+            for key, label in (
+                ("tensor_parallel_size", "--tensor-parallel-size (GPUs per layer)"),
+                ("pipeline_parallel_size", "--pipeline-parallel-size (stages)"),
+            )
+        ),
     ]
     return (
         '<div class="kvcalc">\n'

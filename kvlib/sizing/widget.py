@@ -1,21 +1,68 @@
 """The notebook's KV-cache calculator: chapter 2's sizing for any catalog model, GPU and KV dtype.
 
-:func:`capacity_report` does the arithmetic (with :mod:`kvlib.sizing.capacity`; it is what
-the tests check); :func:`calculator` wraps it in ipywidgets for readers who run the notebook
-locally (ipywidgets is imported only then). :func:`capacity_overview` is the static table
-shown beside the widget, and :func:`kvlib.plotting.draw_max_batch` the static plot, so that
-readers of the online book see the same numbers; there, :mod:`kvlib.sizing.web_calculator`
-gives them a calculator that runs in the browser.
+:func:`capacity_report` does the arithmetic (with :mod:`kvlib.sizing.capacity` and, for a
+model split over ``tensor_parallel_size x pipeline_parallel_size`` GPUs as vLLM splits it,
+:mod:`kvlib.sizing.parallel`; it is what the tests check); :func:`calculator` wraps it in
+ipywidgets for readers who run the notebook locally (ipywidgets is imported only then).
+:func:`capacity_overview` is the static table shown beside the widget, and
+:func:`kvlib.plotting.draw_max_batch` the static plot, so that readers of the online book see
+the same numbers; there, :mod:`kvlib.sizing.web_calculator` gives them a calculator that runs
+in the browser.
 """
 
 from __future__ import annotations
 
+import math
+
 from kvlib import KVLibError
-from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
+from kvlib.sizing.capacity import free_bytes, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
 from kvlib.sizing.dtypes import KV_DTYPES
-from kvlib.sizing.spec import cache_bytes
-from kvlib.units import GiB
+from kvlib.sizing.parallel import check_parallel, kv_heads_per_gpu, per_gpu_bytes, pp_layer_ranges
+from kvlib.sizing.spec import ModelSpec, cache_bytes
+from kvlib.units import GiB, ceil_div
+
+
+def gpu_memory_bytes(gpu_gib: float, overhead_gib: float) -> tuple[int, int]:
+    """(GPU bytes, overhead bytes) from GiB, ``int(x * GiB)``; a one-line KVLibError for what cannot be.
+
+    Both must be finite real numbers (not bools, not strings), the GPU positive and at least
+    one byte (below it the GPU's share would divide by zero), the overhead non-negative.
+    """
+    numbers = [not isinstance(v, bool) and isinstance(v, (int, float)) for v in (gpu_gib, overhead_gib)]
+    if not all(numbers) or not (math.isfinite(gpu_gib) and math.isfinite(overhead_gib)):
+        raise KVLibError(
+            f"GPU memory and overhead must be finite numbers of GiB, not {gpu_gib!r} and {overhead_gib!r}"
+        )
+    if not gpu_gib > 0 or overhead_gib < 0:
+        raise KVLibError(
+            f"GPU memory must be positive and overhead non-negative, not {gpu_gib} and {overhead_gib} GiB"
+        )
+    gpu = int(gpu_gib * GiB)
+    if gpu < 1:
+        raise KVLibError(f"GPU memory must be at least one byte, not {gpu_gib!r} GiB")
+    return gpu, int(overhead_gib * GiB)
+
+
+def max_context_per_gpu(
+    spec: ModelSpec, batch: int, free: int, dtype: str, tensor_parallel_size: int, pipeline_parallel_size: int
+) -> int:
+    """The longest context (up to the model's maximum) whose caches fit in ``free`` bytes of the fullest GPU.
+
+    :func:`kvlib.sizing.capacity.max_context` for one GPU of a TP x PP layout (the same bisection:
+    a cache never shrinks as the context grows); 0 if not even one token fits.
+    """
+
+    def size(context: int) -> int:
+        return per_gpu_bytes(spec, context, batch, dtype, tensor_parallel_size, pipeline_parallel_size)
+
+    if free < size(1):
+        return 0
+    low, high = 1, spec.max_context
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if size(mid) <= free else (low, mid - 1)
+    return low
 
 
 def capacity_report(
@@ -26,16 +73,29 @@ def capacity_report(
     gpu_gib: float = 80.0,
     weight_dtype: str = "bf16",
     overhead_gib: float = 4.0,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
 ) -> dict:
-    """Cache size, share of the GPU, and what fits, for one catalog model on one GPU."""
-    if not gpu_gib > 0 or overhead_gib < 0:
-        raise KVLibError(
-            f"GPU memory must be positive and overhead non-negative, not {gpu_gib} and {overhead_gib} GiB"
-        )
+    """Cache size, share of the GPU, and what fits, for one catalog model on one GPU, or on each GPU
+    of ``tensor_parallel_size x pipeline_parallel_size`` GPUs laid out as vLLM does (chapter 2).
+
+    ``gpu_gib`` and ``overhead_gib`` are per GPU. Under TP/PP the weights are split evenly over the
+    GPUs and the cache is the fullest GPU's (:func:`kvlib.sizing.parallel.per_gpu_bytes`); the
+    share, the max batch and the max context are that GPU's. With one GPU the numbers are
+    :func:`kvlib.sizing.capacity.max_batch` and :func:`~kvlib.sizing.capacity.max_context`'s.
+    """
+    gpu, overhead = gpu_memory_bytes(gpu_gib, overhead_gib)
+    if not isinstance(model, str):
+        raise KVLibError(f"model must be a catalog name, not {model!r}")
     entry = catalog_entry(model)
-    spec, gpu, overhead = entry.spec, int(gpu_gib * GiB), int(overhead_gib * GiB)
+    spec = entry.spec
     weights = weight_bytes(entry.num_parameters, weight_dtype)
     cache = cache_bytes(spec, context, batch, kv_dtype)
+    check_parallel(spec, tensor_parallel_size, pipeline_parallel_size)
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    gpu_weights = ceil_div(weights, tp * pp)
+    gpu_cache = per_gpu_bytes(spec, context, batch, kv_dtype, tp, pp)
+    free = free_bytes(gpu, gpu_weights, overhead)
     return {
         "model": entry.name,
         "kv_dtype": kv_dtype,
@@ -44,11 +104,20 @@ def capacity_report(
         "weights_gib": weights / GiB,
         "cache_gib": cache / GiB,
         "gpu_gib": gpu_gib,
-        "gpu_fraction": (weights + overhead + cache) / gpu,
-        "fits": weights + overhead + cache <= gpu,
-        "max_batch": max_batch(spec, context, gpu, weights, overhead, kv_dtype),
-        "max_context": max_context(spec, batch, gpu, weights, overhead, kv_dtype),
+        "gpu_fraction": (gpu_weights + overhead + gpu_cache) / gpu,
+        "fits": gpu_weights + overhead + gpu_cache <= gpu,
+        "max_batch": max(0, free // per_gpu_bytes(spec, context, 1, kv_dtype, tp, pp)),
+        "max_context": max_context_per_gpu(spec, batch, free, kv_dtype, tp, pp),
         "model_max_context": spec.max_context,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "num_gpus": tp * pp,
+        "weight_bytes_per_gpu": gpu_weights,
+        "per_gpu_bytes": gpu_cache,
+        "kv_heads_per_gpu": kv_heads_per_gpu(spec, tp),
+        "num_kv_heads": spec.num_kv_heads,
+        "is_mla": spec.is_mla,
+        "layers_per_gpu": max(stop - start for start, stop in pp_layer_ranges(spec.num_layers, pp)),
     }
 
 
@@ -69,6 +138,16 @@ def report_html(report: dict) -> str:
             f"{r['max_context']:,} tokens at batch {r['batch']} (model maximum {r['model_max_context']:,})",
         ),
     ]
+    if r["num_gpus"] > 1:
+        heads = "the MLA latent" if r["is_mla"] else f"{r['kv_heads_per_gpu']} KV heads"
+        rows[1:1] = [
+            (
+                "per GPU",
+                f"{r['per_gpu_bytes'] / GiB:,.2f} GiB of KV cache on the fullest of {r['num_gpus']} GPUs "
+                f"(TP {r['tensor_parallel_size']} x PP {r['pipeline_parallel_size']}): "
+                f"{heads} x {r['layers_per_gpu']} layers",
+            )
+        ]
     cells = "".join(f"<tr><td><b>{k}</b></td><td>{v}</td></tr>" for k, v in rows)
     return f"<table>{cells}</table>"
 
@@ -87,6 +166,8 @@ def calculator(model: str = "Llama-3-8B", context: int = 8192, batch: int = 8, g
         "gpu_gib": w.BoundedFloatText(value=gpu_gib, min=1, max=100_000, description="GPU GiB"),
         "weight_dtype": w.Dropdown(options=["bf16", "fp8", "int4"], value="bf16", description="weights"),
         "overhead_gib": w.BoundedFloatText(value=4.0, min=0, max=100_000, description="overhead GiB"),
+        "tensor_parallel_size": w.BoundedIntText(value=1, min=1, max=1024, description="TP size"),
+        "pipeline_parallel_size": w.BoundedIntText(value=1, min=1, max=1024, description="PP size"),
     }
     answer = w.HTML()
 

@@ -159,3 +159,62 @@ def test_bad_input_is_named(inputs, message):
 def test_unknown_calculator_input_is_named():
     with pytest.raises(KVLibError, match="unknown calculator inputs: gpu"):
         web_calculator.calculator_html(gpu=80)
+
+
+# ------------------------------------------------------------------ TP/PP and hardening (issue 13)
+
+
+def test_form_has_vllms_parallel_flags_and_widget_bounds():
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        assert re.search(rf'name="{key}" min="1" max="{web_calculator.LIMITS[key]}" step="1" value="1"', PAGE)
+    controls = {c.description: c for c in widget.calculator().children[:-1]}
+    assert controls["TP size"].max == web_calculator.LIMITS["tensor_parallel_size"]
+    assert controls["PP size"].max == web_calculator.LIMITS["pipeline_parallel_size"]
+
+
+def test_one_gpu_rows_are_unchanged():
+    keys = [key for key, _, _ in web_calculator.answer_rows(**web_calculator.DEFAULTS)]
+    assert keys == ["per_token", "per_sequence", "batch", "weights", "gpu_share", "max_batch", "max_context"]
+
+
+def test_parallel_rows_by_hand():
+    rows = _rows(model="Llama-3-8B", context=8192, batch=8, tensor_parallel_size=16, pipeline_parallel_size=3)
+    # 32 layers on 3 stages: 11, 11, 10; 8 KV heads on 16 ranks: one replicated head per rank
+    per_gpu = 8 * 11 * 8192 * (2 * 1 * 128 * 2)  # batch x layers x tokens x (K + V) x 1 head x 128 x 2 B
+    assert per_gpu == 369_098_752
+    assert rows["per_gpu"] == (
+        "369,098,752 B (0.344 GiB) for 8 sequences on the fullest of 48 GPUs "
+        "(tensor_parallel_size 16 x pipeline_parallel_size 3)"
+    )
+    assert rows["kv_heads_per_gpu"] == "1 of the 8 KV heads per layer x 11 layers"
+    weights = -(-16_060_522_496 // 48)  # ceil: 334,594,219 B per GPU
+    assert rows["weights"].endswith(f", {weights:,} B (0.312 GiB) per GPU")
+    used = weights + 4 * GiB + per_gpu
+    assert rows["gpu_share"] == f"{used / (80 * GiB):.1%} used on the fullest GPU: fits"
+    free = 80 * GiB - weights - 4 * GiB
+    assert rows["max_batch"] == f"{free // (per_gpu // 8):,} sequences of 8,192 tokens"
+    mla = _rows(model="DeepSeek-V3", context=4096, batch=1, gpu_gib=141, tensor_parallel_size=8)
+    assert mla["kv_heads_per_gpu"] == "the MLA latent (replicated on every GPU) x 61 layers"
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (dict(gpu_gib=float("inf")), "GPU memory must be a number of GiB, not inf"),
+        (dict(gpu_gib=float("nan")), "GPU memory must be a number of GiB, not nan"),
+        (dict(gpu_gib=1e-12), "GPU memory must be at least one byte, not 1e-12 GiB"),
+        (dict(overhead_gib=float("-inf")), "overhead must be a number of GiB, not -inf"),
+        (dict(tensor_parallel_size=1025), "tensor_parallel_size must be at most 1,024 here"),
+        (dict(pipeline_parallel_size=0), "pipeline_parallel_size must be an integer >= 1, not 0"),
+        (dict(tensor_parallel_size=3), "total number of attention heads (32) must be divisible by"),
+    ],
+)
+def test_bad_parallel_and_memory_inputs_are_named(inputs, message):
+    with pytest.raises(KVLibError, match=re.escape(message)):
+        web_calculator.answer_rows(**{**web_calculator.DEFAULTS, **inputs})
+
+
+def test_script_cannot_loop_on_an_infinite_share():
+    """The tab froze when fixed() met Infinity (GPU memory under one byte): it now throws first."""
+    assert "if (!Number.isFinite(x) || x < 0) throw" in SCRIPT
+    assert "if (gpu < 1n) throw" in SCRIPT

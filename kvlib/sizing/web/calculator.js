@@ -50,17 +50,64 @@
     return vectorBytes(dtype, numParameters);
   }
 
+  // kvlib.sizing.parallel: vLLM's layout over tensor_parallel_size x pipeline_parallel_size GPUs.
+  // check_parallel: what vLLM refuses, with its reason (the same words as kvlib's).
+  function checkParallel(m, tp, pp) {
+    if (m.num_heads % tp) {
+      throw new Error(`total number of attention heads (${m.num_heads}) must be divisible by tensor parallel size (${tp})`);
+    }
+    if (m.kind !== "MLA" && m.num_kv_heads % tp && tp % m.num_kv_heads) {
+      throw new Error(`the number of KV heads (${m.num_kv_heads}) must divide or be divisible by tensor parallel size (${tp})`);
+    }
+    if (pp > m.num_layers) {
+      throw new Error(`pipeline_parallel_size (${group(String(pp))}) exceeds the ${group(String(m.num_layers))} layers of ${m.name}: a stage would hold no layer`);
+    }
+  }
+
+  // kv_heads_per_gpu: a rank's share of the KV heads, one replicated head when TP exceeds them;
+  // an MLA latent is whole on every rank.
+  const kvHeadsPerGpu = (m, tp) => (m.kind === "MLA" ? 1 : Math.max(1, Math.floor(m.num_kv_heads / tp)));
+
+  // pp_layer_ranges (vLLM's get_pp_indices): num_layers // pp each, the remainder one layer each
+  // to the stages before the last, from the second-to-last backwards.
+  function ppLayerRanges(numLayers, pp) {
+    const sizes = new Array(pp).fill(Math.floor(numLayers / pp));
+    for (let i = 2; i < (numLayers % pp) + 2; i++) sizes[pp - i] += 1;
+    let start = 0;
+    return sizes.map((size) => [start, (start += size)]);
+  }
+
+  // per_gpu_bytes: the cache of the fullest GPU, one TP rank of the largest PP stage (tp = pp = 1:
+  // cacheBytes). A layer keeps its tokens (up to its window) plus the encoder's positions.
+  function perGpuBytes(m, context, batch, dtype, tp, pp) {
+    const heads = kvHeadsPerGpu(m, tp);
+    const layer = m.kind === "MLA" ? tokenLayerBytes(m, dtype) : 2n * big(heads) * vectorBytes(dtype, m.values_per_vector);
+    let most = 0n;
+    for (const [start, stop] of ppLayerRanges(m.num_layers, pp)) {
+      let tokens = 0;
+      m.attention_layers.forEach((index, i) => {
+        if (index < start || index >= stop) return;
+        const window = m.sliding_windows[i];
+        tokens += (window === null ? context : Math.min(context, window)) + m.cross_attention_tokens;
+      });
+      const bytes = big(batch) * layer * big(tokens);
+      if (bytes > most) most = bytes;
+    }
+    return most;
+  }
+
   // max_batch: sequences whose caches fit in what the weights and the overhead leave free.
   const maxBatch = (free, perSequence) => (free < 0n ? 0n : free / perSequence);
 
-  // max_context: cache size never shrinks as the context grows, so bisect for the last that fits.
-  function maxContext(m, batch, free, dtype) {
-    if (free < cacheBytes(m, 1, batch, dtype)) return 0;
+  // max_context: cache size never shrinks as the context grows, so bisect for the last that fits
+  // (on one GPU of the layout: kvlib.sizing.widget.max_context_per_gpu).
+  function maxContext(m, batch, free, dtype, tp, pp) {
+    if (free < perGpuBytes(m, 1, batch, dtype, tp, pp)) return 0;
     let low = 1;
     let high = m.max_context;
     while (low < high) {
       const mid = Math.floor((low + high + 1) / 2);
-      if (cacheBytes(m, mid, batch, dtype) <= free) low = mid;
+      if (perGpuBytes(m, mid, batch, dtype, tp, pp) <= free) low = mid;
       else high = mid - 1;
     }
     return low;
@@ -76,6 +123,7 @@
   // up (0.0625 GiB: Python 0.062, toFixed 0.063), so write x = num / den exactly (den a power
   // of two) and round with integers.
   function fixed(x, d) {
+    if (!Number.isFinite(x) || x < 0) throw new Error(`cannot format ${x}`); // Infinity would never become an integer
     let num = x;
     let den = 1n;
     while (!Number.isInteger(num)) {
@@ -116,12 +164,18 @@
   }
 
   // Rows [key, label, text] for inputs given as the form's strings; throws an Error with kvlib's message.
+  // On more than one GPU the memory is per GPU and the share, max batch and max context are the
+  // fullest GPU's (kvlib.sizing.widget.capacity_report).
   function rows(input, limits = {}) {
     const gpuGib = gibibytes("GPU memory", input.gpu_gib, limits.gpu_gib);
     const overheadGib = gibibytes("overhead", input.overhead_gib, limits.overhead_gib);
+    const tp = integer("tensor_parallel_size", input.tensor_parallel_size ?? "1", limits.tensor_parallel_size);
+    const pp = integer("pipeline_parallel_size", input.pipeline_parallel_size ?? "1", limits.pipeline_parallel_size);
     if (!(gpuGib > 0) || overheadGib < 0) {
       throw new Error(`GPU memory must be positive and overhead non-negative, not ${floatRepr(gpuGib)} and ${floatRepr(overheadGib)} GiB`);
     }
+    const gpu = big(Math.trunc(gpuGib * GiB)); // int(gpu_gib * GiB)
+    if (gpu < 1n) throw new Error(`GPU memory must be at least one byte, not ${String(gpuGib)} GiB`);
     const m = models[input.model];
     const kv = catalog.kv_dtypes[input.kv_dtype];
     const weightDtype = catalog.kv_dtypes[input.weight_dtype];
@@ -131,27 +185,37 @@
       throw new Error(`context ${group(String(context))} exceeds ${m.name}'s maximum of ${group(String(m.max_context))} tokens`);
     }
     const batch = integer("batch", input.batch, limits.batch);
+    checkParallel(m, tp, pp);
 
-    const gpu = big(Math.trunc(gpuGib * GiB)); // int(gpu_gib * GiB)
+    const gpus = tp * pp;
     const overhead = big(Math.trunc(overheadGib * GiB));
     const weights = weightBytes(m.num_parameters, weightDtype);
+    const gpuWeights = ceilDiv(weights, big(gpus));
     const one = cacheSize(m, context, 1, kv);
-    const perSequence = one.self + one.cross;
     const cache = cacheBytes(m, context, batch, kv);
-    const free = gpu - weights - overhead;
-    const used = weights + overhead + cache;
+    const gpuCache = perGpuBytes(m, context, batch, kv, tp, pp);
+    const free = gpu - gpuWeights - overhead;
+    const used = gpuWeights + overhead + gpuCache;
     const fraction = Number(used) / Number(gpu); // exact operands, so rounded as Python's int / int
     const layer = tokenLayerBytes(m, kv);
     const n = m.attention_layers.length;
     const cross = one.cross ? `, of which ${group(one.cross.toString())} B cross-attention` : "";
+    const several = gpus > 1;
+    const heads = m.kind === "MLA" ? "the MLA latent (replicated on every GPU)" : `${group(String(kvHeadsPerGpu(m, tp)))} of the ${group(String(m.num_kv_heads))} KV heads per layer`;
+    const stage = Math.max(...ppLayerRanges(m.num_layers, pp).map(([start, stop]) => stop - start));
+    const perGpu = [
+      ["per_gpu", "per GPU", `${bytesText(gpuCache)} for ${group(String(batch))} sequences on the fullest of ${group(String(gpus))} GPUs (tensor_parallel_size ${group(String(tp))} x pipeline_parallel_size ${group(String(pp))})`],
+      ["kv_heads_per_gpu", "each GPU", `${heads} x ${group(String(stage))} layers`],
+    ];
     return [
       ["per_token", "per token", `${group((big(n) * layer).toString())} B = ${n} attention layers x ${group(layer.toString())} B`],
-      ["per_sequence", "one sequence", `${bytesText(perSequence)} at ${group(String(context))} tokens${cross}`],
+      ["per_sequence", "one sequence", `${bytesText(one.self + one.cross)} at ${group(String(context))} tokens${cross}`],
       ["batch", "the batch", `${bytesText(cache)} for ${group(String(batch))} sequences`],
-      ["weights", "weights", `${bytesText(weights)} (${weightDtype.name})`],
-      ["gpu_share", "GPU memory", `${fixed(fraction * 100, 1)}% used: ${used <= gpu ? "fits" : "does NOT fit"}`],
-      ["max_batch", "max batch", `${group(maxBatch(free, perSequence).toString())} sequences of ${group(String(context))} tokens`],
-      ["max_context", "max context", `${group(String(maxContext(m, batch, free, kv)))} tokens at batch ${group(String(batch))} (model maximum ${group(String(m.max_context))})`],
+      ...(several ? perGpu : []),
+      ["weights", "weights", `${bytesText(weights)} (${weightDtype.name})${several ? `, ${bytesText(gpuWeights)} per GPU` : ""}`],
+      ["gpu_share", "GPU memory", `${fixed(fraction * 100, 1)}% used${several ? " on the fullest GPU" : ""}: ${used <= gpu ? "fits" : "does NOT fit"}`],
+      ["max_batch", "max batch", `${group(maxBatch(free, perGpuBytes(m, context, 1, kv, tp, pp)).toString())} sequences of ${group(String(context))} tokens`],
+      ["max_context", "max context", `${group(String(maxContext(m, batch, free, kv, tp, pp)))} tokens at batch ${group(String(batch))} (model maximum ${group(String(m.max_context))})`],
     ];
   }
 
@@ -161,7 +225,9 @@
   const table = root.querySelector(".kvcalc-answer");
   const error = root.querySelector(".kvcalc-error");
   const limits = {};
-  for (const name of ["batch", "gpu_gib", "overhead_gib"]) limits[name] = Number(form.elements[name].max) || 0;
+  for (const name of ["batch", "gpu_gib", "overhead_gib", "tensor_parallel_size", "pipeline_parallel_size"]) {
+    if (form.elements[name]) limits[name] = Number(form.elements[name].max) || 0;
+  }
 
   function update() {
     const input = {};
@@ -170,7 +236,7 @@
     try {
       answer = rows(input, limits);
     } catch (problem) {
-      error.textContent = problem.message;
+      error.textContent = problem instanceof Error ? problem.message : String(problem);
       table.hidden = true;
       return;
     }
