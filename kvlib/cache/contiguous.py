@@ -42,10 +42,10 @@ class ContiguousKVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         # per layer: a view of self.k / self.v, (batch, kv_heads, max_len, head_dim)
         self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
-        slots = torch.arange(max_len, device=device)  # (max_len,): every slot's index
+        self._arange = torch.arange(max_len, device=device)  # (max_len,): every slot's index
         # (batch, max_len): every slot's position, of which prepare hands out views
-        self.positions = slots.expand(batch_size, max_len)
-        self._slots = slots[:0]  # (num_new,): the slots of the current step's tokens, a view of ``slots``
+        self.positions = self._arange.expand(batch_size, max_len)
+        self._slots = self._arange[:0]  # (num_new,): the slots of the current step's tokens, a view
         self.max_len = max_len  # tokens per sequence the reservation holds
         self.length = 0  # tokens per sequence filled (after the current step's prepare)
         self._start = 0  # position of the current step's first new token
@@ -60,7 +60,7 @@ class ContiguousKVCache:
         if self.length + num_new > self.max_len:
             raise KVLibError(f"cache full: {self.length} + {num_new} tokens exceed max_len {self.max_len}")
         self._start, self.length = self.length, self.length + num_new
-        self._slots = self.positions[0, self._start : self.length]  # (num_new,): a view
+        self._slots = self._arange[self._start : self.length]  # (num_new,): a view
         return self.positions[:, self._start : self.length]  # (batch, num_new): a view
 
     def attend(self, layer: int, q, k, v) -> torch.Tensor:

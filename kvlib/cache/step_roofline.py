@@ -10,8 +10,11 @@ the step's operators from Python, memory the step allocates, kernels below their
 :func:`step_work` counts the bytes and FLOPs (pure arithmetic), :func:`count_step_ops`
 counts the operators one step dispatches and how many of them allocate, and
 :func:`measure_decode_step` times steps of :class:`~kvlib.cache.generation.Decoder` and
-returns a :class:`StepRoofline`. A tiny model's weights may fit in the last-level cache
-(``StepRoofline.fits_llc``), in which case a step can beat the DRAM bound.
+returns a :class:`StepRoofline`: by default the lean step (:mod:`kvlib.model.lean`: fused
+projections, about half the operators), or with ``lean=False`` the same step through the
+model's modules, so that chapter 1 can show what the lean step saves. A tiny model's
+weights may fit in the last-level cache (``StepRoofline.fits_llc``), in which case a step
+can beat the DRAM bound.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class StepRoofline:
     num_ops: int  # aten operators one step dispatches
     num_allocating_ops: int  # of which return a tensor in fresh memory
     llc_bytes: int  # last-level cache: a working set below it is not read from DRAM
+    lean: bool = True  # the lean pass (kvlib.model.lean) ran; False: the modules' reference_forward
 
     @property
     def memory_s(self) -> float:
@@ -160,30 +164,37 @@ def measure_decode_step(
     threads: int | None = 1,
     bandwidth: Bandwidth | None = None,
     compute: Compute | None = None,
+    lean: bool = True,
 ) -> StepRoofline:
     """Time decode steps of ``model``'s cached generation after ``prompt`` against their bound.
 
     ``num_steps`` steps are timed one by one (fastest kept) after as many untimed ones, at
     ``threads`` torch threads; the bound is taken at the middle step's context, with the
     probes (measured here at the same threads unless given) and the step's operators
-    counted at that step.
+    counted at that step. ``lean=False`` times the step through the model's modules
+    (``model.lean`` is restored afterwards).
     """
     if not isinstance(num_steps, int) or num_steps < 1:
         raise KVLibError(f"num_steps must be a positive integer, not {num_steps!r}")
     device = prompt.device
     threads = threads if device.type == "cpu" else None
-    with torch_threads(threads):
-        bandwidth = bandwidth or memory_bandwidth(device=device, threads=threads)
-        compute = compute or matmul_gflops(device=device, threads=threads)
-        decoder = Decoder(model, prompt, 2 * num_steps + 1, mode="cache")
-        for _ in range(num_steps):
-            decoder.step()  # warm-up, untimed
-        middle_keys = decoder.cache.length + num_steps // 2 + 1  # keys of the middle timed step
-        timings = [
-            time_it(decoder.step, repeats=1, warmup=0, device=device, clock=clock_for(device, threads)).min_s
-            for _ in range(num_steps)
-        ]
-        num_ops, num_allocating = count_step_ops(decoder.step)
+    was_lean, model.lean = model.lean, lean
+    try:
+        with torch_threads(threads):
+            bandwidth = bandwidth or memory_bandwidth(device=device, threads=threads)
+            compute = compute or matmul_gflops(device=device, threads=threads)
+            decoder = Decoder(model, prompt, 2 * num_steps + 1, mode="cache")
+            for _ in range(num_steps):
+                decoder.step()  # warm-up, untimed
+            middle_keys = decoder.cache.length + num_steps // 2 + 1  # keys of the middle timed step
+            clock = clock_for(device, threads)
+            timings = [
+                time_it(decoder.step, repeats=1, warmup=0, device=device, clock=clock).min_s
+                for _ in range(num_steps)
+            ]
+            num_ops, num_allocating = count_step_ops(decoder.step)
+    finally:
+        model.lean = was_lean
     return StepRoofline(
         step_s=min(timings),
         work=step_work(model.config, middle_keys, prompt.shape[0], model.lm_head.weight.dtype),
@@ -193,4 +204,5 @@ def measure_decode_step(
         num_ops=num_ops,
         num_allocating_ops=num_allocating,
         llc_bytes=cache_info(device).llc_bytes,
+        lean=lean,
     )

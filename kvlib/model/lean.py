@@ -181,7 +181,7 @@ def lean_forward(model, tokens: torch.Tensor, cache: KVCache | None, last_only: 
     for layer, w in enumerate(fused.layers):
         x = lean_attention(x, w, fused, cos, sin, layer, cache, batch)
         x = lean_mlp(x, w, fused.offset)  # (batch * seq, d_model)
-    if last_only:
+    if last_only and seq > 1:
         x = x.view(batch, seq, -1)[:, -1]  # (batch, d_model)
     logits = torch.mm(normed(x, fused.offset), fused.lm_head)
     return logits.view(batch, -1, logits.shape[-1])  # (batch, seq or 1, vocab)

@@ -124,6 +124,9 @@ class TinyLlama(nn.Module):
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryTable(config)  # cos/sin of every position, looked up by each forward pass
         self.fused = FusedWeights()  # the lean pass's concatenated projections, outside the state dict
+        self.lean = (
+            True  # forward by the lean pass whenever no gradient is wanted (False: always the modules)
+        )
 
     def forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
@@ -136,9 +139,10 @@ class TinyLlama(nn.Module):
         every earlier position, as ``transformers`` does with ``logits_to_keep``.
 
         Under ``torch.inference_mode`` or ``no_grad`` (or with frozen weights) this is the lean pass
-        (:func:`~kvlib.model.lean.lean_forward`); when gradients may be wanted, :meth:`reference_forward`.
+        (:func:`~kvlib.model.lean.lean_forward`); when gradients may be wanted, or with ``self.lean``
+        set to False (to time one against the other), :meth:`reference_forward`.
         """
-        if torch.is_grad_enabled() and self.lm_head.weight.requires_grad:
+        if not self.lean or (torch.is_grad_enabled() and self.lm_head.weight.requires_grad):
             return self.reference_forward(tokens, cache, last_only)
         return lean_forward(self, tokens, cache, last_only)
 

@@ -99,9 +99,9 @@ class RotaryTable:
         if table is None or positions.device.type != "cpu":
             table = self._signed_table(positions)
         try:
-            rows = F.embedding(positions, table)  # (batch, seq, 2 * head_dim)
+            rows = torch.embedding(table, positions)  # (batch, seq, 2 * head_dim)
         except IndexError:
-            rows = F.embedding(positions, self._signed_table(positions))
+            rows = torch.embedding(self._signed_table(positions), positions)
         return rows[:, None].chunk(2, dim=-1)
 
     def _signed_table(self, positions: torch.Tensor) -> torch.Tensor:

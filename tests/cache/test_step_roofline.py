@@ -75,8 +75,13 @@ def test_measure_uses_the_given_probes_and_counts_the_step(monkeypatch):
     )
     # 3 prompt tokens + 4 warm-up steps fill 6 slots; the middle timed step (of 4) attends to 9 keys
     assert result.work == step_work(CONFIG, 9, batch=2)
-    assert result.step_s > 0 and result.threads == 1
+    assert result.step_s > 0 and result.threads == 1 and result.lean
     assert 0 < result.num_allocating_ops < result.num_ops
+    reference = measure_decode_step(
+        model, torch.zeros(2, 3, dtype=torch.long), 4, 1, bandwidth, compute, lean=False
+    )
+    assert not reference.lean and model.lean  # the model's own setting is restored
+    assert reference.work == result.work and reference.num_ops > 1.5 * result.num_ops
 
 
 def test_lean_decode_step_dispatches_few_operators():
