@@ -3,11 +3,14 @@
 - ``env``: the hardware report every measuring chapter prints first (chapter 0).
 - ``bench``: each chapter's benchmark (chapters 0 to 4, :data:`BENCH_MODULES`), as a table or JSON.
 - ``size``: the KV-cache bytes of a catalog model or a ``config.json`` (chapter 2,
-  :mod:`kvlib.sizing.capacity`).
+  :mod:`kvlib.sizing.capacity`), per GPU under ``--tensor-parallel-size`` and
+  ``--pipeline-parallel-size`` as vLLM splits it (:mod:`kvlib.sizing.parallel`); a context
+  beyond the model's maximum is sized with a warning on stderr.
 
 Each command imports what it needs when it runs, so that ``size`` (pure arithmetic) starts
 without loading torch. Bad input never ends in a traceback: argument errors and :class:`kvlib.KVLibError`
-print one line ``kvlib: error: ...`` on stderr and exit with status 2.
+print one line ``kvlib: error: ...`` on stderr and exit with status 2; output piped into a
+reader that stops early (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 
@@ -74,7 +78,19 @@ def _cmd_bench(args) -> int:
 def _cmd_size(args) -> int:
     from kvlib.sizing.capacity import format_summary, size_summary
 
-    summary = size_summary(args.model, args.context, args.batch, args.kv_dtype)
+    summary = size_summary(
+        args.model,
+        args.context,
+        args.batch,
+        args.kv_dtype,
+        args.tensor_parallel_size,
+        args.pipeline_parallel_size,
+    )
+    if summary["exceeds_max_context"]:
+        sys.stderr.write(
+            f"kvlib: warning: context {summary['context']:,} exceeds {summary['model']}'s maximum of "
+            f"{summary['max_context']:,} tokens (sized anyway, as for a RoPE-scaled context)\n"
+        )
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
 
@@ -100,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--context", type=int, required=True, help="tokens per sequence (prompt + generated)")
     size.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
     size.add_argument("--kv-dtype", default="fp16", choices=("fp32", "fp16", "bf16", "fp8", "int8", "int4"))
+    size.add_argument(
+        "--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs splitting each layer's heads"
+    )
+    size.add_argument(
+        "--pipeline-parallel-size", type=int, default=1, metavar="P", help="GPUs splitting the layers"
+    )
     size.add_argument("--json", action="store_true", help="print one JSON object")
     size.set_defaults(func=_cmd_size)
     return parser
@@ -109,7 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command (``argv``: the arguments after ``python -m kvlib``); returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
     except KVLibError as error:
         sys.stderr.write(f"kvlib: error: {error}\n")
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader stopped reading (| head): not an error of ours
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that Python's flush at exit does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass

@@ -17,6 +17,7 @@ from pathlib import Path
 from kvlib import KVLibError
 from kvlib.sizing.catalog import resolve_model
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
+from kvlib.sizing.parallel import kv_heads_per_gpu, per_gpu_bytes
 from kvlib.sizing.spec import ModelSpec, cache_bytes, cache_size, require_int
 from kvlib.units import GiB, ceil_div
 
@@ -123,11 +124,27 @@ def capacity_table(
     return rows
 
 
-def size_summary(model: str | Path, context: int, batch: int = 1, dtype: str = "fp16") -> dict:
-    """What ``python -m kvlib size`` reports, as one JSON-able object."""
-    spec = resolve_model(model)
-    size = cache_size(spec, context, batch, dtype)
+def size_summary(
+    model: str | Path | ModelSpec,
+    context: int,
+    batch: int = 1,
+    dtype: str = "fp16",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+) -> dict:
+    """What ``python -m kvlib size`` reports, as one JSON-able object.
+
+    A context beyond the model's maximum is computed (people size RoPE-scaled contexts) and
+    flagged ``exceeds_max_context``; ``per_gpu_bytes`` and ``kv_heads_per_gpu`` are one GPU's
+    share under tensor and pipeline parallelism (:mod:`kvlib.sizing.parallel`).
+    """
+    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    size = cache_size(spec, context, batch, dtype, allow_beyond_max=True)
+    per_gpu = per_gpu_bytes(
+        spec, context, batch, dtype, tensor_parallel_size, pipeline_parallel_size, allow_beyond_max=True
+    )
     vectors, length = spec.cached_vectors
+    counts = spec.layer_groups.counts()
     return {
         "model": spec.name,
         "kind": spec.attention_kind,
@@ -140,12 +157,18 @@ def size_summary(model: str | Path, context: int, batch: int = 1, dtype: str = "
         "num_kv_heads": spec.num_kv_heads if not spec.is_mla else 1,
         "head_dim": length,
         "vectors_per_token_per_layer": vectors,
-        "sliding_window_layers": sum(spec.sliding_windows[i] is not None for i in spec.attention_layers),
+        "sliding_window_layers": sum(n for kind, n in counts.items() if kind.caches and kind.window),
         "cross_attention_tokens": spec.cross_attention_tokens,
         "bytes_per_token": size.bytes_per_token,
         "self_attention_bytes": size.self_attention_bytes,
         "cross_attention_bytes": size.cross_attention_bytes,
         "total_bytes": size.total_bytes,
+        "max_context": spec.max_context,
+        "exceeds_max_context": size.exceeds_max_context,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "kv_heads_per_gpu": kv_heads_per_gpu(spec, tensor_parallel_size),
+        "per_gpu_bytes": per_gpu,
     }
 
 
@@ -175,6 +198,15 @@ def format_summary(summary: dict) -> str:
             )
         )
     lines.append(("total", format_bytes_gib(s["total_bytes"])))
+    if s.get("tensor_parallel_size", 1) * s.get("pipeline_parallel_size", 1) > 1:
+        lines.append(
+            (
+                "per GPU",
+                format_bytes_gib(s["per_gpu_bytes"])
+                + f" (TP {s['tensor_parallel_size']} x PP {s['pipeline_parallel_size']}:"
+                f" {s['kv_heads_per_gpu']} KV heads per GPU, the largest stage)",
+            )
+        )
     return "\n".join(f"{key:<11}{value}" for key, value in lines)
 
 

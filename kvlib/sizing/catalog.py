@@ -91,6 +91,8 @@ def _catalog_position(name: str) -> int:
 
 def catalog_entry(name: str) -> CatalogEntry:
     """A catalog model by name (case-insensitive); unknown names get the closest matches."""
+    if not isinstance(name, str):
+        raise KVLibError(f"a catalog name must be a string, not {type(name).__name__}")
     by_name = {entry.name.lower(): entry for entry in _catalog()}
     if name.lower() in by_name:
         return by_name[name.lower()]
@@ -110,10 +112,18 @@ def catalog_config(name: str) -> dict:
 
 
 def resolve_model(model: str | Path) -> ModelSpec:
-    """A catalog name, or a path to a ``config.json`` (anything with a path separator or a .json suffix)."""
+    """A catalog name, or a path to a ``config.json`` or its folder.
+
+    Anything with a path separator, a ``.json`` suffix (in any case) or that exists on disk
+    is a path, so that a missing ``config.JSON`` is reported as a missing file, not as an
+    unknown model name.
+    """
+    if not isinstance(model, (str, Path)):
+        raise KVLibError(f"a model must be a catalog name or a path, not {type(model).__name__}")
     text = str(model)
-    if text.endswith(".json") or "/" in text or "\\" in text or Path(text).is_file():
-        return spec_from_config(text, name=Path(text).name)
+    path = Path(text)
+    if text.lower().endswith(".json") or "/" in text or "\\" in text or path.exists():
+        return spec_from_config(path, name=path.name)
     return catalog_entry(text).spec
 
 

@@ -35,12 +35,13 @@ KNOWN_KEYS = frozenset(
         "head_dim", "attention_head_dim", "d_kv",
         # the longest context
         "max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length",
-        "max_context_length", "max_target_positions", "max_source_positions",
+        "max_context_length", "max_sequence_length", "max_target_positions", "max_source_positions",
         # which layers cache, and how much
         "layer_types", "sliding_window", "use_sliding_window", "max_window_layers",
         "sliding_window_pattern", "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval",
         "attn_layer_indices", "hybrid_override_pattern", "attn_layer_period", "attn_layer_offset",
         "full_attention_interval", "cross_attention_layers", "sliding_window_size", "attn_type",
+        "order_of_interleaved_layers",
         # MLA
         "kv_lora_rank", "qk_rope_head_dim",
         # encoder-decoder models, nested multimodal configs
@@ -106,6 +107,12 @@ IGNORED_KEYS = frozenset(
         # DeepSeek-V3's multi-token-prediction layer: used only for speculative decoding, not cached
         # in plain serving (vLLM sizes it only with --speculative-config)
         "num_nextn_predict_layers",
+        # attention scaling, norms and initialisation: how values are computed, not how many are kept
+        "scale_attn_weights", "scale_attention_softmax_in_fp32", "attn_scale", "attn_rotary_emb",
+        "normalization_layer_name", "add_final_layer_norm", "init_config", "ffn_dim_divisor", "seq_aux",
+        "shared_intermediate_size", "_attn_implementation_autoset", "pre_allocate_kv_cache",
+        # the context before RoPE scaling (the model's maximum is max_position_embeddings)
+        "original_max_position_embeddings", "initial_context_length",
     }
 )  # fmt: skip
 

@@ -46,6 +46,7 @@ _ALIASES = {
         "max_seq_len",
         "seq_length",
         "max_context_length",
+        "max_sequence_length",
     ),
 }
 
@@ -53,6 +54,19 @@ _ALIASES = {
 NO_KV_MODEL_TYPES = ("mamba", "mamba2", "rwkv", "rwkv5", "rwkv6", "rwkv7", "xlstm")
 # Encoder-decoder model types (their decoder caches self- and cross-attention K/V).
 ENCODER_DECODER_TYPES = ("t5", "mt5", "umt5", "bart", "mbart", "whisper", "marian", "pegasus")
+# transformers' defaults that published configs rely on by leaving the key out (gemma-3-4b-it's
+# text_config names neither its heads nor its head_dim; Falcon's config.json has no maximum context)
+MODEL_TYPE_DEFAULTS = {
+    "gemma3_text": {
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 131_072,
+        "sliding_window": 4096,
+    },
+    "falcon": {"max_position_embeddings": 2048},
+}
 MAX_CONFIG_BYTES = 64 * 2**20  # no published config.json comes near; a bigger file is not one
 
 
@@ -150,6 +164,9 @@ def spec_from_config(
         if image_tokens is None and "cross_attention_layers" in (raw.get("text_config") or raw):
             image_tokens = _image_tokens(raw)
     config = dict(_flatten(raw))  # a copy: the reader may note MPT's window in it
+    for key, value in MODEL_TYPE_DEFAULTS.get(config.get("model_type"), {}).items():
+        if config.get(key) is None and not any(config.get(a) is not None for a in _ALIASES.get(key, ())):
+            config[key] = value
     name = name or raw.get("_name_or_path") or model_type or "model from config"
     if not isinstance(name, str):
         raise KVLibError(f"config's _name_or_path must be a string, not {type(name).__name__}")

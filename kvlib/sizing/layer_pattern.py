@@ -167,6 +167,11 @@ def layer_readings(config: dict, num_layers: int, image_tokens: int | None) -> d
     """Every reading of the layer pattern this config spells, by the key that spells it."""
     model_type = config.get("model_type")
     readings = {}
+    if config.get("order_of_interleaved_layers") not in (None, "local_attn_first"):  # Cohere2
+        raise KVLibError(
+            f"config's order_of_interleaved_layers {config['order_of_interleaved_layers']!r} is not "
+            "'local_attn_first', the only order transformers implements"
+        )
     if config.get("layer_types") is not None:
         readings["layer_types"] = _from_layer_types(config, num_layers)
     pattern = _int(config, "sliding_window_pattern", default=DEFAULT_PATTERN.get(model_type))
