@@ -67,3 +67,83 @@ def test_each_chapter_notebook_checks_every_reference_solution(chapter):
         assert f'check(\\"{key}\\", solution(\\"{key}\\"))' in text, (
             f"{notebook.name} does not check exercise {key}"
         )
+
+
+# ---------------------------------------------------------------- hardening (issue 13)
+
+FUNCTION_KEYS = ["0.3", "2.5", "3.6", "4.5", "5.5"]  # exercises answered with a function
+
+
+@pytest.mark.parametrize("key", [2.1, 3, None, ["2.1"]])
+def test_a_key_that_is_not_a_string_is_named(key):
+    """check(2.1, ...) crashed with AttributeError: a float key is also ambiguous (2.1 == 2.10)."""
+    with pytest.raises(KVLibError, match="exercise keys are strings such as '2.3'"):
+        exercises.check(key, 0)
+
+
+def test_a_float_key_is_answered_with_the_string_to_write():
+    with pytest.raises(KVLibError, match=r'write check\("2.1", answer\)'):
+        exercises.check(2.1, 20.0)
+
+
+@pytest.mark.parametrize("key", ["٢.١", "².1", "2.1 "])
+def test_keys_take_ascii_digits_only(key):
+    with pytest.raises(KVLibError, match="look like"):
+        exercises.check(key, 0)
+
+
+def _numeric_keys():
+    return [key for key in KEYS if isinstance(exercises.solution(key), int | float)]
+
+
+@pytest.mark.parametrize("key", _numeric_keys())
+def test_a_right_answer_in_numpy_or_torch_form_passes(key):
+    """np.int64(68) was rejected with "answer with a number, not int64"."""
+    import numpy as np
+    import torch
+
+    right = exercises.solution(key)
+    forms = [np.float64(right), np.array(right), torch.tensor(right, dtype=torch.float64)]
+    if isinstance(right, int):
+        forms += [np.int64(right), torch.tensor(right)]
+    for form in forms:
+        assert exercises.check(key, form).ok, f"{key} rejected its right answer as {type(form).__name__}"
+
+
+@pytest.mark.parametrize("key", _numeric_keys())
+@pytest.mark.parametrize(
+    "answer",
+    [float("nan"), float("inf"), -float("inf"), 10**400, None, 1j],
+    ids=["nan", "inf", "-inf", "10**400", "None", "1j"],
+)
+def test_unusable_numbers_get_a_hint_not_a_crash(key, answer):
+    feedback = exercises.check(key, answer)
+    assert not feedback.ok and len(feedback.message) > 15
+
+
+@pytest.mark.parametrize("key", FUNCTION_KEYS)
+@pytest.mark.parametrize("returned", [None, "42", [None], {"a": 1}])
+def test_a_function_that_returns_no_number_gets_a_hint(key, returned):
+    """2.5, 4.5 and 5.5 crashed (format or comparison errors) when the function returned None or a string."""
+    feedback = exercises.check(key, lambda *args, **kwargs: returned)
+    assert not feedback.ok
+    assert "returned" in feedback.message or "wrong slots" in feedback.message, feedback.message
+
+
+def test_a_slot_function_that_returns_none_is_told_so():
+    """3.6 reported "your function raised TypeError" although the reader's function had raised nothing."""
+    feedback = exercises.check("3.6", lambda table, n, block_size: None)
+    assert feedback.message == "your function returned None (NoneType), not a list of slots"
+
+
+@pytest.mark.parametrize("key", FUNCTION_KEYS)
+def test_a_right_function_that_returns_numpy_numbers_passes(key):
+    import numpy as np
+
+    right = exercises.solution(key)
+
+    def numpy_form(*args):
+        value = right(*args)
+        return [np.int64(v) for v in value] if isinstance(value, list) else np.float64(value)
+
+    assert exercises.check(key, numpy_form).ok

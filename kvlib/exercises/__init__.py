@@ -10,10 +10,18 @@ Each chapter has a module ``kvlib.exercises.chN`` with, for exercise ``N.k``:
   ``WRONG_ANSWERS``) to prove each check can fail.
 
 Readers call ``check("N.k", answer)`` with their own answer. ``feedback`` holds
-:func:`check`, :func:`solution`, :class:`Feedback` and :func:`numeric_answer`, the helper
-the chapters' checks share.
+:func:`check`, :func:`solution`, :class:`Feedback`, and :func:`numeric_answer`,
+:func:`as_number` and :func:`returned_hint`, the helpers the chapters' checks share.
 """
 
-from kvlib.exercises.feedback import Feedback, check, exercise_keys, numeric_answer, solution
+from kvlib.exercises.feedback import (
+    Feedback,
+    as_number,
+    check,
+    exercise_keys,
+    numeric_answer,
+    returned_hint,
+    solution,
+)
 
-__all__ = ["Feedback", "check", "exercise_keys", "numeric_answer", "solution"]
+__all__ = ["Feedback", "as_number", "check", "exercise_keys", "numeric_answer", "returned_hint", "solution"]

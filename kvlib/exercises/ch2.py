@@ -6,7 +6,7 @@ and recognises the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib.exercises.feedback import numeric_answer
+from kvlib.exercises.feedback import as_number, numeric_answer, returned_hint
 from kvlib.sizing.capacity import max_batch, weight_bytes
 from kvlib.sizing.catalog import catalog_config, catalog_entry
 from kvlib.sizing.spec import bytes_per_token, cache_bytes
@@ -195,6 +195,9 @@ def check_2_5(answer):
             got = answer(dict(catalog_config(name)))
         except Exception as error:  # noqa: BLE001 - any failure of the reader's function is feedback
             return f"your function raised {type(error).__name__}: {error} on {name}'s config; {lesson}"
+        if returned_hint(got, "a number of bytes"):
+            return f"{returned_hint(got, 'a number of bytes')} for {name}'s config"
+        got = as_number(got)
         if got != bytes_per_token(catalog_entry(name).spec):
             return f"wrong for {name} ({got:,} bytes): {lesson}"
     return None

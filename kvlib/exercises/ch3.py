@@ -242,9 +242,15 @@ def check_3_6(answer):
         for seq_id, n in enumerate(lengths):
             expected = [manager.slot(seq_id, p) for p in range(n)]
             try:
-                got = list(answer(manager.block_table(seq_id), n, block_size))
+                returned = answer(manager.block_table(seq_id), n, block_size)
             except Exception as error:  # the reader's code: report, do not crash
                 return f"your function raised {type(error).__name__}: {error}"
+            if isinstance(returned, str | bytes | dict) or not hasattr(returned, "__iter__"):
+                return (
+                    f"your function returned {returned!r}"[:80]
+                    + f" ({type(returned).__name__}), not a list of slots"
+                )
+            got = list(returned)
             if got == expected:
                 continue
             table = manager.block_table(seq_id)

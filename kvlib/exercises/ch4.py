@@ -7,7 +7,11 @@ the usual mistakes by the numbers they produce.
 
 from __future__ import annotations
 
-from kvlib.exercises.feedback import numeric_answer  # a number checked against the mistakes it is known for
+from kvlib.exercises.feedback import (
+    as_number,
+    numeric_answer,
+    returned_hint,
+)  # a number checked against the mistakes it is known for
 from kvlib.serving.allocators import BuddyAllocator
 from kvlib.serving.gpu_model import kv_budget, roofline_step_model
 from kvlib.serving.placement import reservation_slots
@@ -208,6 +212,9 @@ def check_4_5(answer):
             got = answer(prompt, output, max_len)
         except Exception as error:  # the reader's code: report, do not crash
             return f"your function raised {type(error).__name__}: {error}"
+        if returned_hint(got, "a number of slots"):
+            return returned_hint(got, "a number of slots")
+        got = as_number(got)
         if got == expected:
             continue
         if got == min(max_len, 1 << (prompt + output - 1).bit_length()):

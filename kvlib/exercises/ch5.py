@@ -9,7 +9,11 @@ the usual mistakes by the numbers they produce.
 from __future__ import annotations
 
 from kvlib import gpus, levers
-from kvlib.exercises.feedback import numeric_answer  # a number checked against the mistakes it is known for
+from kvlib.exercises.feedback import (
+    as_number,
+    numeric_answer,
+    returned_hint,
+)  # a number checked against the mistakes it is known for
 from kvlib.units import GiB
 
 # ---- 5.1 the factors multiply
@@ -200,6 +204,9 @@ def check_5_5(answer):
                 got = answer(gpu.memory_bytes, v.num_parameters, v.bytes_per_token, v.state_bytes)
             except Exception as error:  # the reader's code: report, do not crash
                 return f"your function raised {type(error).__name__}: {error}"
+            if returned_hint(got, "a number of token slots"):
+                return returned_hint(got, "a number of token slots")
+            got = as_number(got)
             if got == budget.num_slots:
                 continue
             label = f"{v.name} on the {gpu.name}"

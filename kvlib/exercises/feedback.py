@@ -10,6 +10,9 @@ the exercises of every chapter (0 to 5).
 from __future__ import annotations
 
 import importlib
+import math
+import numbers
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +37,31 @@ class Feedback:
         )
 
 
+def as_number(value) -> int | float | None:
+    """``value`` as a Python int or float if it is a real number, else ``None`` (then the check gives a hint).
+
+    Numpy integers and floats, and 0-d arrays or tensors (``np.int64(68)``, ``torch.tensor(68)``),
+    are numbers: a reader who computes with numpy or torch gives a right answer in that form.
+    A bool is not (``True`` is no count), nor a string, ``None``, a list or a complex number.
+    """
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        value = value.item()  # numpy scalars and 0-d arrays, 0-d torch tensors: the Python number inside
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def returned_hint(got, what: str) -> str | None:
+    """None if a reader's function returned a number; else a hint saying what it returned instead.
+
+    The checks of exercises answered with a function (0.3, 2.5, 4.5, 5.5) compare what it returns
+    with numbers; ``None`` (a forgotten ``return``) or a string would otherwise crash the check.
+    """
+    if as_number(got) is not None:
+        return None
+    return f"your function returned {got!r}"[:80] + f" ({type(got).__name__}), not {what}"
+
+
 def numeric_answer(
     answer, expected: float, mistakes: dict, rel: float = 2e-3, what: str = "the formula"
 ) -> str | None:
@@ -42,8 +70,12 @@ def numeric_answer(
     ``mistakes`` maps the number a typical mistake produces to the hint for it: the checks
     of every chapter recognise wrong answers by their value, not just reject them.
     """
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+    number = as_number(answer)
+    if number is None:
         return f"answer with a number, not {type(answer).__name__}"
+    if abs(number) > 1e300 or math.isnan(number):  # 1e300 first: an int too large for a float has no NaN test
+        return f"{number!r}"[:40] + " is not a usable number: check your arithmetic for a division by zero"
+    answer = number
     if abs(answer - expected) <= rel * abs(expected):
         return None
     for value, hint in mistakes.items():
@@ -53,9 +85,12 @@ def numeric_answer(
 
 
 def _function(key: str, prefix: str) -> Callable:
-    chapter, _, number = key.partition(".")
-    if not (chapter.isdigit() and number.isdigit()):
+    if not isinstance(key, str):  # check(2.1, ...): as a float, 2.1 and 2.10 are one number
+        example = f'check("{key}", answer)' if isinstance(key, float) else 'check("2.3", answer)'
+        raise KVLibError(f"exercise keys are strings such as '2.3', not {key!r}"[:80] + f": write {example}")
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", key):  # ASCII digits only: str.isdigit accepts "²" and "٢"
         raise KVLibError(f"exercise keys look like '2.3', not {key!r}")
+    chapter, _, number = key.partition(".")
     try:
         module = importlib.import_module(f"kvlib.exercises.ch{chapter}")
         return getattr(module, f"{prefix}_{chapter}_{number}")
