@@ -25,8 +25,8 @@ def test_huge_layer_counts_are_sized_without_listing_layers(layers):
     assert cache_bytes(spec, 100) == layers * 100 * TOKEN
     assert spec.num_attention_layers == layers and spec.attention_layers[-1] == layers - 1
     assert len(spec.sliding_windows) == layers and spec.sliding_windows[layers // 2] is None
-    gemma = spec_from_config({**LLAMA, "model_type": "gemma3_text", "num_hidden_layers": layers,
-                              "head_dim": 128, "sliding_window": 512, "sliding_window_pattern": 6})  # fmt: skip
+    gemma3 = dict(model_type="gemma3_text", head_dim=128, sliding_window=512, sliding_window_pattern=6)
+    gemma = spec_from_config({**LLAMA, **gemma3, "num_hidden_layers": layers})
     globals_ = layers // 6  # layers 5, 11, ...: (i + 1) % 6 == 0
     assert cache_bytes(gemma, 1000) == (globals_ * 1000 + (layers - globals_) * 512) * TOKEN
     assert gemma.sliding_windows[5] is None and gemma.sliding_windows[6] == 512
