@@ -197,6 +197,7 @@ class BlockManager:
         ``block_size``); the caller runs the model on the remaining tokens only.
         """
         _checked_tokens(token_ids)
+        _check_seq_id(seq_id)
         if seq_id in self.sequences:
             raise KVLibError(f"sequence {seq_id} already has blocks (free it first or pick a new id)")
         if self._blocks_short(token_ids) > 0:
@@ -286,6 +287,7 @@ class BlockManager:
         caller owns from now on (it appends the child's tokens to it, as for any sequence).
         """
         parent = self._get(parent_id)
+        _check_seq_id(child_id)
         if child_id in self.sequences:
             raise KVLibError(f"cannot fork into sequence {child_id}: it already exists")
         if parent.num_computed < parent.num_tokens:
@@ -321,12 +323,23 @@ class BlockManager:
     # ------------------------------------------------------------------ checks
 
     def _get(self, seq_id: int) -> SequenceBlocks:
+        _check_seq_id(seq_id)
         seq = self.sequences.get(seq_id)
         if seq is None:
             if seq_id in self._freed:
                 raise KVLibError(f"sequence {seq_id} was already freed")
             raise KVLibError(f"unknown sequence {seq_id!r}")
         return seq
+
+
+def _check_seq_id(seq_id) -> None:
+    """A sequence id is a dict key: a list or another unhashable value is a KVLibError, not a TypeError."""
+    try:
+        hash(seq_id)
+    except TypeError:
+        raise KVLibError(
+            f"a sequence id must be hashable (an int or a string), not {seq_id!r}"[:200]
+        ) from None
 
 
 def _index(value, what: str) -> int:

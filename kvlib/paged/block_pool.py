@@ -73,12 +73,23 @@ class FreeBlockQueue:
         return list(self._queue)
 
 
+# The most blocks a pool of Python objects holds: about 1 GB of them, and several times the largest
+# pool a real GPU gets (Qwen2-0.5B, 12 KiB of cache per token, fills an H200 with ~640,000 blocks
+# of 16). Beyond it, building the pool would take minutes and all memory instead of failing.
+MAX_NUM_BLOCKS = 1 << 22
+
+
 class BlockPool:
     """``num_blocks`` blocks, the free queue, and the prefix cache (block hash -> block)."""
 
     def __init__(self, num_blocks: int):
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
             raise KVLibError(f"num_blocks must be a positive integer, not {num_blocks!r}")
+        if num_blocks > MAX_NUM_BLOCKS:
+            raise KVLibError(
+                f"num_blocks {num_blocks:,} exceeds the {MAX_NUM_BLOCKS:,} blocks a block pool holds "
+                "(count blocks with a larger block_size, or without prefix caching)"
+            )
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         self.free_queue = FreeBlockQueue(self.blocks)
         self.cached: dict[str, KVCacheBlock] = {}

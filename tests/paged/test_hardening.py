@@ -118,3 +118,26 @@ def test_manager_options_are_checked():
         BlockManager(4, 4, enable_prefix_caching="no")
     with pytest.raises(KVLibError, match="copy_block must be a function"):
         BlockManager(4, 4, copy_block=3)
+
+
+def test_a_pool_too_large_to_build_is_refused_at_once():
+    """BlockPool(10**9) built Python objects for minutes (and all memory) instead of failing."""
+    from kvlib.paged.block_pool import MAX_NUM_BLOCKS
+
+    with pytest.raises(KVLibError, match="num_blocks 1,000,000,000 exceeds the 4,194,304 blocks"):
+        BlockPool(10**9)
+    assert MAX_NUM_BLOCKS == 2**22
+
+
+@pytest.mark.parametrize("call", ["allocate", "block_table", "fork"])
+def test_an_unhashable_sequence_id_is_named(call):
+    manager = BlockManager(num_blocks=8, block_size=4)
+    manager.allocate(0, [1, 2, 3, 4])
+    manager.mark_computed(0)
+    run = {
+        "allocate": lambda: manager.allocate([1], [1, 2]),
+        "block_table": lambda: manager.block_table([1]),
+        "fork": lambda: manager.fork(0, [2]),
+    }[call]
+    with pytest.raises(KVLibError, match="a sequence id must be hashable"):
+        run()
