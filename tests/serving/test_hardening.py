@@ -274,3 +274,32 @@ def test_memories_check_their_counts():
         PagedMemory(BlockCounter(8, 16), 16, watermark="0")
     with pytest.raises(KVLibError, match="block_size must be an integer >= 1, not 0"):
         make_memory("paged", 4096, 64, block_size=0)
+
+
+# ---------------------------------------------------------------- the GPU model
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(block_size=0), "block_size must be an integer >= 1, not 0"),  # was ZeroDivisionError
+        (dict(block_size=1.5), "block_size must be an integer >= 1, not 1.5"),  # gave 32015.0 blocks
+        (dict(gpu_bytes=math.nan), "gpu_bytes must be an integer >= 1, not nan"),
+        (dict(gpu_bytes="24"), "gpu_bytes must be an integer >= 1, not '24'"),
+        (dict(gpu_bytes=True), "gpu_bytes must be an integer >= 1, not True"),
+        (dict(memory_fraction=2), "memory_fraction is a share of the GPU in \\(0, 1\\], not 2"),
+        (dict(memory_fraction=math.nan), "memory_fraction must be a finite number >= 0, not nan"),
+    ],
+)
+def test_kv_budget_names_its_bad_arguments(kwargs, message):
+    from kvlib.serving.gpu_model import kv_budget
+
+    with pytest.raises(KVLibError, match=message):
+        kv_budget("Llama-2-7B", **kwargs)
+
+
+def test_roofline_step_refuses_a_bool_count():
+    from kvlib.serving.gpu_model import roofline_step
+
+    with pytest.raises(KVLibError, match="bytes_per_token must be an integer >= 1, not True"):
+        roofline_step(10**9, True)
