@@ -147,5 +147,5 @@ def _silence_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured in tests)
         pass

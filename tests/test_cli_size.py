@@ -1,9 +1,14 @@
 """python -m kvlib size: a table, a JSON object, and one-line errors with exit status 2."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from kvlib.cli import main
 from tests.test_cli import kvlib
 
 
@@ -42,11 +47,15 @@ def test_size_reads_a_config_file(tmp_path):
         (("Lama-3-8B", "--context", "10"), "did you mean Llama-3-8B"),
         (("Llama-3-8B", "--context", "0"), "context must be an integer >= 1"),
         (("Llama-3-8B", "--context", "many"), "invalid int value"),
-        (("Llama-3-8B", "--context", "9000"), "exceeds Llama-3-8B's maximum of 8,192"),
         (("Llama-3-8B", "--context", "10", "--batch", "-2"), "batch must be an integer >= 1"),
         (("Llama-3-8B", "--context", "10", "--kv-dtype", "fp4"), "invalid choice: 'fp4'"),
         (("Llama-3-8B",), "--context"),
         (("no/such/config.json", "--context", "10"), "no config file"),
+        (("config.JSON", "--context", "10"), "no config file at config.JSON (no such file)"),
+        (("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "3"), "must be divisible by tensor"),
+        (("Llama-3-70B", "--context", "10", "--pipeline-parallel-size", "81"), "exceeds the 80 layers"),
+        (("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "0"), "tensor_parallel_size must be"),
+        (("Llama-3-8B", "--context", "9" * 5000), "invalid int value"),
     ],
 )
 def test_size_errors_are_one_line_and_exit_2(args, message):
@@ -61,3 +70,102 @@ def test_size_rejects_a_malformed_config_file(tmp_path):
     path.write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 250}))
     result = kvlib("size", str(path), "--context", "10")
     assert result.returncode == 2 and "hidden_size (250) is not divisible" in result.stderr
+
+
+def test_beyond_the_maximum_context_is_sized_with_a_warning():
+    result = kvlib("size", "Llama-3-8B", "--context", "9000", "--json")
+    assert result.returncode == 0
+    data = json.loads(result.stdout)
+    assert data["exceeds_max_context"] is True and data["total_bytes"] == 9000 * 131_072
+    assert result.stderr.startswith("kvlib: warning: context 9,000 exceeds Llama-3-8B's maximum of 8,192")
+    inside = json.loads(kvlib("size", "Llama-3-8B", "--context", "8192", "--json").stdout)
+    assert inside["exceeds_max_context"] is False
+
+
+def test_tensor_and_pipeline_parallel_per_gpu(capsys):
+    argv = ["size", "Llama-3-70B", "--context", "8192", "--json"]
+    assert main([*argv, "--tensor-parallel-size", "16", "--pipeline-parallel-size", "3"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # TP 16 > 8 KV heads: one head per GPU; PP 3 on 80 layers: 26, 27, 27
+    assert data["kv_heads_per_gpu"] == 1 and data["per_gpu_bytes"] == 27 * 8192 * 2 * 128 * 2
+    assert data["total_bytes"] == 80 * 8192 * 2 * 8 * 128 * 2
+    assert main(["size", "Llama-3-70B", "--context", "8192", "--tensor-parallel-size", "8"]) == 0
+    assert "per GPU" in capsys.readouterr().out
+
+
+def one_error_line(result, message):
+    assert result.returncode == 2 and result.stdout == "", result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvlib: error:") and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"num_hidden_layers": ' + "9" * 5000 + "}", "is not valid JSON (Exceeds the limit (4300 digits)"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("{not json", "is not valid JSON"),
+        (b"\xff\xfe{}", "is not UTF-8 text"),
+        ("[1, 2]", "must hold a JSON object, not list"),
+        (
+            json.dumps({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8,
+                        "layer_types": ["mamba", "mamba"]}),
+            "has no attention layer",
+        ),
+        (json.dumps({"num_hidden_layers": 10**12, "num_attention_heads": 2, "hidden_size": 8}), ""),
+    ],
+)  # fmt: skip
+def test_hostile_config_files(tmp_path, content, message):
+    path = tmp_path / "config.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    result = kvlib("size", str(path), "--context", "10", timeout=30)
+    if message:
+        one_error_line(result, message)
+    else:  # 10**12 layers: answered at once, 2 x 10**12 x 2 heads x 4 values x 10 tokens x 2 bytes
+        assert result.returncode == 0 and "320,000,000,000,000 B" in result.stdout, result.stderr
+
+
+def test_a_directory_is_read_through_its_config_json(tmp_path):
+    one_error_line(kvlib("size", str(tmp_path), "--context", "10"), "is a directory with no config.json")
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
+                                                     "hidden_size": 256}))  # fmt: skip
+    data = json.loads(kvlib("size", str(tmp_path), "--context", "10", "--json").stdout)
+    assert data["total_bytes"] == 2 * 2 * 4 * 64 * 10 * 2
+
+
+def test_an_unreadable_file(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "config.json"
+    path.write_text("{}")
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    assert main(["size", str(path), "--context", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvlib: error: cannot read") and "Permission denied" in err and err.count("\n") == 1
+
+
+def test_piping_into_head_ends_quietly():
+    command = f"{sys.executable} -m kvlib size Llama-3-8B --context 10 --json | head -c 1"
+    result = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+    assert result.stdout == "{" and result.stderr == ""
+    big = f"for i in 1 2 3; do {sys.executable} -m kvlib size Llama-3-8B --context 10; done | head -c 1"
+    result = subprocess.run(big, shell=True, capture_output=True, text=True, timeout=60, env=os.environ)
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+
+
+class ClosedPipe:
+    """A stdout whose reader went away: every write raises BrokenPipeError, as a pipe into head does."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_pipe_is_not_an_error(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["size", "Llama-3-8B", "--context", "10", "--json"]) == 0
+    assert capsys.readouterr().err == ""

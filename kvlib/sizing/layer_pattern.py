@@ -166,6 +166,8 @@ def _from_qwen2(config: dict, num_layers: int) -> LayerGroups:
 def layer_readings(config: dict, num_layers: int, image_tokens: int | None) -> dict[str, LayerGroups]:
     """Every reading of the layer pattern this config spells, by the key that spells it."""
     model_type = config.get("model_type")
+    window = _window(config)  # checked here, whichever spelling uses it
+    attention = FULL_ATTENTION if window is None else LayerKind(window=window)
     readings = {}
     if config.get("order_of_interleaved_layers") not in (None, "local_attn_first"):  # Cohere2
         raise KVLibError(
@@ -181,7 +183,7 @@ def layer_readings(config: dict, num_layers: int, image_tokens: int | None) -> d
         )
     if config.get("attn_layer_indices") is not None:
         readings["attn_layer_indices"] = _from_indices(
-            config, "attn_layer_indices", num_layers, FULL_ATTENTION, NO_CACHE
+            config, "attn_layer_indices", num_layers, attention, NO_CACHE
         )
     if config.get("hybrid_override_pattern") is not None:
         readings["hybrid_override_pattern"] = _from_hybrid_pattern(config, num_layers)
