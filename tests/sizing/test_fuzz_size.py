@@ -201,10 +201,12 @@ def test_fuzz_corrupt_configs_slow(tmp_path_factory, capsys, case, corruption):
     fuzz_corrupt(tmp_path_factory, capsys, case, corruption)
 
 
+WORDS = ["--context", "--batch", "--kv-dtype", "--json", "-1", "0", "7", "1e3", "fp4", "Llama-3-8B",
+         "--tensor-parallel-size", "x", "9" * 5000, "--bogus"]  # fmt: skip
+
+
 @FAST
-@given(argv=st.lists(st.sampled_from(["--context", "--batch", "--kv-dtype", "--json", "-1", "0", "7", "1e3",
-                                      "fp4", "Llama-3-8B", "--tensor-parallel-size", "x", "9" * 5000, "--bogus"]),
-                     max_size=8))  # fmt: skip
+@given(argv=st.lists(st.sampled_from(WORDS), max_size=8))
 def test_fuzz_arguments(capsys, argv):
     status, out, err = run(capsys, ["size", *argv])
     if status == 0:
