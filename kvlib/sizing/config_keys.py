@@ -41,7 +41,7 @@ KNOWN_KEYS = frozenset(
         "sliding_window_pattern", "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval",
         "attn_layer_indices", "hybrid_override_pattern", "attn_layer_period", "attn_layer_offset",
         "full_attention_interval", "cross_attention_layers", "sliding_window_size", "attn_type",
-        "order_of_interleaved_layers",
+        "order_of_interleaved_layers", "layers_block_type", "_sliding_window_pattern",
         # MLA
         "kv_lora_rank", "qk_rope_head_dim",
         # encoder-decoder models, nested multimodal configs
@@ -106,7 +106,12 @@ IGNORED_KEYS = frozenset(
         "word_embed_proj_dim", "do_layer_norm_before",
         # DeepSeek-V3's multi-token-prediction layer: used only for speculative decoding, not cached
         # in plain serving (vLLM sizes it only with --speculative-config)
-        "num_nextn_predict_layers",
+        "num_nextn_predict_layers", "mtp_layers_block_type",
+        # transformers' to_dict() entries about outputs, kernels and numerics
+        "chunk_size_feed_forward", "is_decoder", "output_attentions", "output_hidden_states",
+        "qk_head_dim", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "scale_decoder_outputs",
+        "use_mambapy", "mamba_ssm_cache_dtype", "moe_latent_size", "moe_shared_expert_overlap",
+        "num_ln_in_parallel_attn", "use_bidirectional_attention",
         # attention scaling, norms and initialisation: how values are computed, not how many are kept
         "scale_attn_weights", "scale_attention_softmax_in_fp32", "attn_scale", "attn_rotary_emb",
         "normalization_layer_name", "add_final_layer_norm", "init_config", "ffn_dim_divisor", "seq_aux",

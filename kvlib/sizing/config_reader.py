@@ -66,6 +66,7 @@ MODEL_TYPE_DEFAULTS = {
         "sliding_window": 4096,
     },
     "falcon": {"max_position_embeddings": 2048},
+    "jamba": {"attn_layer_period": 8, "attn_layer_offset": 4},
 }
 MAX_CONFIG_BYTES = 64 * 2**20  # no published config.json comes near; a bigger file is not one
 
@@ -185,7 +186,14 @@ def spec_from_config(
 
 
 def _decoder_spec(config: dict, name: str, max_context: int | None, image_tokens: int | None) -> ModelSpec:
-    num_layers = _get(config, "num_hidden_layers")
+    num_layers = _get(config, "num_hidden_layers", required=False)
+    if num_layers is None:  # transformers 5's Nemotron-H lists its layers and leaves the count out
+        listed = config.get("layers_block_type") or config.get("hybrid_override_pattern")
+        num_layers = (
+            len(listed) if isinstance(listed, (list, str)) and listed else _get(config, "num_hidden_layers")
+        )
+    if config.get("model_type") == "bamba" and config.get("attn_layer_indices") is None:
+        raise KVLibError("a Bamba config without attn_layer_indices has no attention layer (all Mamba)")
     attn = _attn_config(config)
     if isinstance(config.get("num_kv_heads"), list) or isinstance(config.get("num_query_heads"), list):
         num_heads, num_kv_heads, groups = _per_layer_heads(config, num_layers, image_tokens)

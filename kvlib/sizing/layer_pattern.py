@@ -4,8 +4,9 @@ Hugging Face configs spell the layer pattern in nine ways; :func:`layer_groups_f
 reads each into :class:`~kvlib.sizing.layer_groups.LayerGroups` the way transformers
 reads it:
 
-- ``layer_types``: one entry per layer (``full_attention``, ``attention`` (Granite-4),
-  ``sliding_attention``, ``chunked_attention``, and the layers without a KV cache in
+- ``layer_types`` (and ``layers_block_type``, transformers 5's Nemotron-H): one entry per
+  layer (``full_attention``, ``attention`` (Granite-4), ``sliding_attention``,
+  ``chunked_attention``, and the layers without a KV cache in
   :data:`NON_ATTENTION_LAYER_TYPES`);
 - ``sliding_window_pattern`` (Gemma-3, default 6; Cohere2, default 4): layer i is global
   when ``(i + 1) % pattern == 0``, the others slide; Gemma-2 alternates (pattern 2);
@@ -80,20 +81,20 @@ def _need(value, what: str, key: str):
     return value
 
 
-def _from_layer_types(config: dict, num_layers: int) -> LayerGroups:
-    types = config["layer_types"]
+def _from_layer_types(config: dict, num_layers: int, key: str = "layer_types") -> LayerGroups:
+    types = config[key]
     if not isinstance(types, list) or len(types) != num_layers:
-        raise KVLibError(f"config's layer_types must list {num_layers:,} layer types (num_hidden_layers)")
+        raise KVLibError(f"config's {key} must list {num_layers:,} layer types (num_hidden_layers)")
     window, chunk = _window(config), _int(config, "attention_chunk_size")
     kinds = {t: FULL_ATTENTION for t in FULL_LAYER_TYPES} | {t: NO_CACHE for t in NON_ATTENTION_LAYER_TYPES}
     for layer_type in set(map(str, types)):
         if layer_type == "sliding_attention":
-            kinds[layer_type] = LayerKind(window=_need(window, "sliding_window", "layer_types"))
+            kinds[layer_type] = LayerKind(window=_need(window, "sliding_window", key))
         elif layer_type == "chunked_attention":
-            kinds[layer_type] = LayerKind(window=_need(chunk, "attention_chunk_size", "layer_types"))
+            kinds[layer_type] = LayerKind(window=_need(chunk, "attention_chunk_size", key))
     for layer_type in types:
         if not isinstance(layer_type, str) or layer_type not in kinds:
-            raise KVLibError(f"config's layer_types has an unknown type {layer_type!r}")
+            raise KVLibError(f"config's {key} has an unknown type {layer_type!r}")
     return LayerGroups.from_kinds([kinds[t] for t in types])
 
 
@@ -174,9 +175,14 @@ def layer_readings(config: dict, num_layers: int, image_tokens: int | None) -> d
             f"config's order_of_interleaved_layers {config['order_of_interleaved_layers']!r} is not "
             "'local_attn_first', the only order transformers implements"
         )
-    if config.get("layer_types") is not None:
-        readings["layer_types"] = _from_layer_types(config, num_layers)
+    for key in ("layer_types", "layers_block_type"):  # layers_block_type: transformers 5's Nemotron-H
+        if config.get(key) is not None:
+            readings[key] = _from_layer_types(config, num_layers, key)
     pattern = _int(config, "sliding_window_pattern", default=DEFAULT_PATTERN.get(model_type))
+    internal = _int(config, "_sliding_window_pattern")  # transformers' own copy in Gemma-3's to_dict()
+    if internal is not None and config.get("sliding_window_pattern") not in (None, internal):
+        raise KVLibError("config contradicts itself: sliding_window_pattern and _sliding_window_pattern")
+    pattern = internal or pattern
     if pattern is not None and _window(config) is not None:
         readings["sliding_window_pattern"] = _from_global_every(
             num_layers, pattern, LayerKind(window=_window(config))

@@ -11,8 +11,9 @@ it in five ways, all handled here from a single description, :class:`ModelSpec`:
 - **GQA / MQA**: ``num_kv_heads`` below ``num_heads`` (MQA: one).
 - **Sliding-window layers** (Mistral, Gemma-2): such a layer never caches more than its
   window, ``min(tokens, window)`` tokens.
-- **Hybrid models** (Jamba): only some layers are attention layers; the others keep a
-  fixed-size state and no KV cache.
+- **Hybrid models** (Jamba, Bamba, Nemotron-H): only some layers are attention layers; the
+  others keep a fixed-size state and no KV cache. Llama-4's chunked layers cache at most
+  a chunk; Llama-3.2-Vision's cross-attention layers cache a fixed number of image tokens.
 - **MLA** (DeepSeek-V2/V3): each layer caches one latent vector of
   ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads, instead of
   K and V per head.
@@ -22,7 +23,10 @@ it in five ways, all handled here from a single description, :class:`ModelSpec`:
 The bytes of one stored vector come from its :class:`~kvlib.sizing.dtypes.KVDtype` (fp16,
 fp8, int8 and int4 with their scales). :func:`cache_size` splits a cache into its
 self-attention and cross-attention parts, :func:`cache_bytes` is their total, and
-:func:`bytes_per_token` is what one more token adds. A :class:`ModelSpec` is built by
+:func:`bytes_per_token` is what one more token adds. The layer stack is kept as repeated
+patterns (:mod:`kvlib.sizing.layer_groups`), so no size is computed layer by layer or
+token by token: a config claiming 10**12 layers is sized at once; :func:`stack_bytes`
+sizes any range of layers (a pipeline stage, :mod:`kvlib.sizing.parallel`). A :class:`ModelSpec` is built by
 hand, from a Hugging Face ``config.json`` (:mod:`kvlib.sizing.config_reader`) or from the
 real models shipped in ``kvlib/sizing/configs/`` (:mod:`kvlib.sizing.catalog`).
 """

@@ -34,7 +34,7 @@ def test_the_known_keys_are_these():
         "sliding_window_pattern", "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval",
         "attn_layer_indices", "hybrid_override_pattern", "attn_layer_period", "attn_layer_offset",
         "full_attention_interval", "cross_attention_layers", "sliding_window_size", "attn_type",
-        "order_of_interleaved_layers",
+        "order_of_interleaved_layers", "layers_block_type", "_sliding_window_pattern",
         "kv_lora_rank", "qk_rope_head_dim",
         "is_encoder_decoder", "encoder_layers", "decoder_layers", "num_decoder_layers",
         "decoder_attention_heads", "text_config", "vision_config",
@@ -68,7 +68,7 @@ def test_every_size_relevant_key_of_the_hub_fixtures_is_known_or_ignored(path):
     [
         ("sliding_window_pattern_v2", 6),
         ("global_attn_every_n_layers", 3),
-        ("layers_block_type", ["mamba", "hybrid"]),  # Zamba: a shared attention in "hybrid" blocks
+        ("layers_block_types", ["mamba", "attention"]),
         ("attn_type_list", [0, 1]),  # MiniMax: lightning vs softmax attention
         ("block_types", ["recurrent", "attention"]),  # RecurrentGemma
         ("num_kv_shared_layers", 12),  # Gemma-3n: layers that reuse another layer's cache
@@ -96,3 +96,20 @@ def test_harmless_keys_pass():
 def test_state_space_models_have_no_attention_layer():
     with pytest.raises(KVLibError, match="'mamba' has no attention layer"):
         spec_from_config({"model_type": "mamba", "num_hidden_layers": 24, "hidden_size": 768})
+
+
+def test_zambas_hybrid_blocks_are_refused():
+    with pytest.raises(KVLibError, match="layers_block_type has an unknown type 'hybrid'"):
+        spec_from_config({**LLAMA, "num_hidden_layers": 2, "layers_block_type": ["mamba", "hybrid"]})
+
+
+@pytest.mark.parametrize(
+    "model_type, num_attention_layers",
+    [("llama", 32), ("mistral", 32), ("gemma3_text", 26), ("deepseek_v3", 61), ("jamba", 4),
+     ("qwen3_next", 12), ("gpt_oss", 36), ("falcon", 32), ("gpt2", 12), ("mllama", 40)],
+)  # fmt: skip
+def test_transformers_own_config_dicts_are_read(model_type, num_attention_layers):
+    """transformers' to_dict() (what kvlib.cache.size_check passes) carries every key the class has."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.CONFIG_MAPPING[model_type]().to_dict()
+    assert spec_from_config(config).num_attention_layers == num_attention_layers
