@@ -8,7 +8,10 @@ of kvlib), so the sizes are exact and every later layer can use them.
 - ``spec``: :class:`ModelSpec` (what the cache of a model depends on) and the byte formulas,
   ``2 x layers x kv_heads x head_dim x tokens x batch x bytes`` and the five ways real
   models bend it (GQA/MQA, sliding windows, hybrids, MLA, encoder-decoders).
-- ``config_reader``: a Hugging Face ``config.json`` to a :class:`ModelSpec`.
+- ``layer_groups``: a layer stack as repeated patterns (no size loops over layers).
+- ``config_keys``, ``layer_pattern``, ``config_reader``: a Hugging Face ``config.json`` to a
+  :class:`ModelSpec` (every layer-pattern spelling; unknown size-relevant keys refused).
+- ``parallel``: one GPU's cache under tensor and pipeline parallelism, as vLLM lays it out.
 - ``catalog``: the real models shipped in ``configs/`` (each quoting its source), their
   table, and their export as JSON for the browser.
 - ``capacity``: weights, free memory, largest batch and context on one GPU, and the report
@@ -40,6 +43,13 @@ from kvlib.sizing.catalog import (
 from kvlib.sizing.config_reader import load_config, spec_from_config, spec_from_model_config
 from kvlib.sizing.dtypes import KV_DTYPES, KVDtype, kv_dtype
 from kvlib.sizing.layer_pattern import NON_ATTENTION_LAYER_TYPES
+from kvlib.sizing.parallel import (
+    check_parallel,
+    kv_heads_per_gpu,
+    per_gpu_bytes,
+    pp_layer_ranges,
+    stage_bytes,
+)
 from kvlib.sizing.spec import (
     CacheSize,
     ModelSpec,
@@ -67,6 +77,11 @@ from kvlib.sizing.web_calculator import (
 from kvlib.sizing.widget import calculator, capacity_overview, capacity_report, report_html
 
 __all__ = [
+    "stage_bytes",
+    "pp_layer_ranges",
+    "per_gpu_bytes",
+    "kv_heads_per_gpu",
+    "check_parallel",
     "CATALOG_ORDER",
     "CacheSize",
     "CatalogEntry",
