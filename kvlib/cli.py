@@ -6,6 +6,8 @@
   :mod:`kvlib.sizing.capacity`), per GPU under ``--tensor-parallel-size`` and
   ``--pipeline-parallel-size`` as vLLM splits it (:mod:`kvlib.sizing.parallel`); a context
   beyond the model's maximum is sized with a warning on stderr.
+- ``capacity``: the KV cache vLLM's engine would allocate on one GPU and the lines it would log
+  (chapter 2, :mod:`kvlib.sizing.capacity_command`).
 
 Each command imports what it needs when it runs, so that ``size`` (pure arithmetic) starts
 without loading torch. Bad input never ends in a traceback: argument errors and :class:`kvlib.KVLibError`
@@ -96,7 +98,7 @@ def _cmd_size(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m kvlib`` and its three subcommands."""
+    """The parser of ``python -m kvlib`` and its four subcommands."""
     parser = _Parser(prog="python -m kvlib", description="Tools and benchmarks of the kvbook library.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
@@ -124,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     size.add_argument("--json", action="store_true", help="print one JSON object")
     size.set_defaults(func=_cmd_size)
+
+    from kvlib.sizing.capacity_command import add_capacity_command
+
+    add_capacity_command(sub)  # capacity: the KV cache vLLM would allocate, and what it would log
     return parser
 
 

@@ -63,3 +63,37 @@ def test_bad_input_is_one_line_and_exit_2(args):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvlib: error:"), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_capacity_is_a_command_and_prints_what_vllm_would_log():
+    result = kvlib("capacity", "Llama-3-8B", "--gpu-memory-gib", "80", "--activation-gib", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    # 0.9 x 80 GiB less the estimated weights and 2 GiB of activations, in blocks of 16 tokens x 32 layers
+    # x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 2 MiB
+    assert report["block_bytes"] == 16 * 32 * 8 * 128 * 2 * 2
+    assert report["num_blocks"] == report["available_bytes"] // report["block_bytes"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("capacity", "Llama-3-8B", "--gpu-memory-gib", "80"),  # no --activation-gib
+        ("capacity", "Llama-3-8B", "--gpu-memory-gib", "nan", "--activation-gib", "2"),
+        (
+            "capacity",
+            "Llama-3-8B",
+            "--gpu-memory-gib",
+            "80",
+            "--activation-gib",
+            "2",
+            "--tensor-parallel-size",
+            "3",
+        ),
+    ],
+)
+def test_capacity_bad_input_is_one_line_and_exit_2(args):
+    result = kvlib(*args)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvlib: error:"), result.stderr
