@@ -145,3 +145,13 @@ def test_a_decode_step_dispatches_at_most_half_the_reference_operators():
     reference = Decoder(model, torch.tensor([[0]]), 4)
     reference.step()
     assert num_lean <= 0.6 * count_step_ops(reference.step)[0]
+
+
+def test_a_cast_model_rebuilds_its_fused_weights():
+    model, tokens = _model(2), _tokens(1, 6)
+    with torch.inference_mode():
+        model(tokens)
+        model.double()  # new storage for every parameter: the fused weights are stale
+        lean, reference = model(tokens), model.reference_forward(tokens)
+    assert model.fused.num_builds == 2 and model.fused.layers[0].qkv.dtype == torch.float64
+    assert lean.dtype == torch.float64 and (lean - reference).abs().max() < ATOL
