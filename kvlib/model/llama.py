@@ -124,9 +124,8 @@ class TinyLlama(nn.Module):
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryTable(config)  # cos/sin of every position, looked up by each forward pass
         self.fused = FusedWeights()  # the lean pass's concatenated projections, outside the state dict
-        self.lean = (
-            True  # forward by the lean pass whenever no gradient is wanted (False: always the modules)
-        )
+        # forward by the lean pass whenever no gradient is wanted (False: always through the modules)
+        self.lean = True
 
     def forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
