@@ -87,6 +87,8 @@ def _cmd_size(args) -> int:
         args.kv_dtype,
         args.tensor_parallel_size,
         args.pipeline_parallel_size,
+        args.encoder_tokens,
+        args.image_tokens,
     )
     if summary["exceeds_max_context"]:
         sys.stderr.write(
@@ -123,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     size.add_argument(
         "--pipeline-parallel-size", type=int, default=1, metavar="P", help="GPUs splitting the layers"
+    )
+    size.add_argument(
+        "--encoder-tokens", type=int, metavar="T", help="encoder positions cross-attended (T5, BART, Whisper)"
+    )
+    size.add_argument(
+        "--image-tokens", type=int, metavar="T", help="image tokens cross-attended (Llama-3.2-Vision)"
     )
     size.add_argument("--json", action="store_true", help="print one JSON object")
     size.set_defaults(func=_cmd_size)

@@ -169,3 +169,34 @@ def test_a_closed_pipe_is_not_an_error(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["size", "Llama-3-8B", "--context", "10", "--json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+FIXTURES = Path(__file__).parent / "sizing" / "fixtures"
+
+
+def test_encoder_and_image_tokens_set_the_cross_attention_length(capsys):
+    t5 = str(FIXTURES / "google-t5__t5-base.json")
+    assert main(["size", t5, "--context", "256", "--encoder-tokens", "100", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # 12 decoder layers x 2 (K, V) x 12 heads x 64 x 2 bytes = 36,864 B per token: 256 generated, 100 encoded
+    assert data["total_bytes"] == 12 * 2 * 12 * 64 * 2 * (256 + 100)
+    vision = str(FIXTURES / "meta-llama__Llama-3.2-11B-Vision-Instruct.json")
+    assert main(["size", vision, "--context", "1024", "--image-tokens", "0", "--json"]) == 0
+    without_images = json.loads(capsys.readouterr().out)["total_bytes"]
+    assert main(["size", vision, "--context", "1024", "--image-tokens", "1601", "--json"]) == 0
+    one_tile = json.loads(capsys.readouterr().out)["total_bytes"]
+    # 8 cross-attention layers (of 40) x 2 x 8 KV heads x 128 x 2 bytes per image token
+    assert one_tile - without_images == 8 * 2 * 8 * 128 * 2 * 1601
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["Llama-3-8B", "--context", "8", "--image-tokens", "10"], "cross_attention_layers"),
+        (["Llama-3-8B", "--context", "8", "--encoder-tokens", "10"], "encoder-decoder"),
+        (["Whisper-large-v3", "--context", "8", "--encoder-tokens", "0"], "encoder_tokens"),
+    ],
+)
+def test_cross_attention_lengths_where_they_do_not_apply_are_refused(args, message):
+    result = kvlib("size", *args)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1

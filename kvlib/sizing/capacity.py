@@ -131,14 +131,23 @@ def size_summary(
     dtype: str = "fp16",
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
+    encoder_tokens: int | None = None,
+    image_tokens: int | None = None,
 ) -> dict:
     """What ``python -m kvlib size`` reports, as one JSON-able object.
 
     A context beyond the model's maximum is computed (people size RoPE-scaled contexts) and
     flagged ``exceeds_max_context``; ``per_gpu_bytes`` and ``kv_heads_per_gpu`` are one GPU's
     share under tensor and pipeline parallelism (:mod:`kvlib.sizing.parallel`).
+    ``encoder_tokens`` / ``image_tokens``: the cross-attention lengths of an encoder-decoder or
+    Llama-3.2-Vision model, when the reader's defaults do not apply (``--encoder-tokens``,
+    ``--image-tokens``).
     """
-    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    if isinstance(model, ModelSpec) and (encoder_tokens is not None or image_tokens is not None):
+        raise KVLibError(
+            "encoder_tokens and image_tokens apply to a model read from its config, not a ModelSpec"
+        )
+    spec = model if isinstance(model, ModelSpec) else resolve_model(model, encoder_tokens, image_tokens)
     size = cache_size(spec, context, batch, dtype, allow_beyond_max=True)
     per_gpu = per_gpu_bytes(
         spec, context, batch, dtype, tensor_parallel_size, pipeline_parallel_size, allow_beyond_max=True

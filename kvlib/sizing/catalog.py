@@ -111,20 +111,30 @@ def catalog_config(name: str) -> dict:
     return dict(catalog_entry(name).config)
 
 
-def resolve_model(model: str | Path) -> ModelSpec:
+def resolve_model(
+    model: str | Path, encoder_tokens: int | None = None, image_tokens: int | None = None
+) -> ModelSpec:
     """A catalog name, or a path to a ``config.json`` or its folder.
 
     Anything with a path separator, a ``.json`` suffix (in any case) or that exists on disk
     is a path, so that a missing ``config.JSON`` is reported as a missing file, not as an
-    unknown model name.
+    unknown model name. ``encoder_tokens`` and ``image_tokens`` override the cross-attention
+    lengths the reader would assume (:func:`~kvlib.sizing.config_reader.spec_from_config`);
+    a catalog model is then read again from its config with them.
     """
     if not isinstance(model, (str, Path)):
         raise KVLibError(f"a model must be a catalog name or a path, not {type(model).__name__}")
     text = str(model)
     path = Path(text)
+    lengths = {"encoder_tokens": encoder_tokens, "image_tokens": image_tokens}
     if text.lower().endswith(".json") or "/" in text or "\\" in text or path.exists():
-        return spec_from_config(path, name=path.name)
-    return catalog_entry(text).spec
+        return spec_from_config(path, name=path.name, **lengths)
+    entry = catalog_entry(text)
+    if encoder_tokens is None and image_tokens is None:
+        return entry.spec
+    return spec_from_config(
+        dict(entry.config), name=entry.name, max_context=entry.spec.max_context, **lengths
+    )
 
 
 def catalog_table(dtype: str | KVDtype = "fp16") -> list[dict]:

@@ -158,6 +158,7 @@ def spec_from_config(
     """
     raw = load_config(config)
     check_keys(raw)
+    asked_image_tokens = image_tokens is not None  # the reader's default below is not a request
     model_type = raw.get("model_type")
     if model_type in NO_KV_MODEL_TYPES:
         raise KVLibError(f"model_type {model_type!r} has no attention layer: it keeps a fixed-size state")
@@ -180,7 +181,14 @@ def spec_from_config(
         raise KVLibError(
             "config's pre_seq_len (P-tuning prefix tokens in every layer's cache) is not supported"
         )
-    if config.get("is_encoder_decoder") or "decoder_layers" in config or model_type in ENCODER_DECODER_TYPES:
+    is_encoder_decoder = bool(
+        config.get("is_encoder_decoder") or "decoder_layers" in config or model_type in ENCODER_DECODER_TYPES
+    )
+    if asked_image_tokens and "cross_attention_layers" not in config:
+        raise KVLibError(f"image_tokens apply to models with cross_attention_layers, not to {name}")
+    if encoder_tokens is not None and not is_encoder_decoder:
+        raise KVLibError(f"encoder_tokens apply to encoder-decoder models, not to {name}")
+    if is_encoder_decoder:
         return _encoder_decoder_spec(config, name, max_context, encoder_tokens)
     return _decoder_spec(config, name, max_context, image_tokens)
 
