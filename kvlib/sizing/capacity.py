@@ -50,10 +50,17 @@ def max_batch(
     weights: int,
     overhead_bytes: int = 0,
     dtype: str | KVDtype = "fp16",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
 ) -> int:
-    """The most sequences of ``context`` tokens whose caches fit beside the weights (0 if none)."""
+    """The most sequences of ``context`` tokens whose caches fit beside the weights (0 if none).
+
+    Under tensor/pipeline parallelism ``gpu_bytes``, ``weights`` and ``overhead_bytes`` are one
+    GPU's, and the cache is the fullest GPU's share (:func:`kvlib.sizing.parallel.per_gpu_bytes`).
+    """
     free = free_bytes(gpu_bytes, weights, overhead_bytes)
-    return max(0, free // cache_bytes(spec, context, 1, dtype))
+    layout = tensor_parallel_size, pipeline_parallel_size
+    return max(0, free // per_gpu_bytes(spec, context, 1, dtype, *layout))
 
 
 def max_context(
@@ -64,22 +71,29 @@ def max_context(
     overhead_bytes: int = 0,
     dtype: str | KVDtype = "fp16",
     limit: int | None = None,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
 ) -> int:
     """The longest context (up to the model's maximum, or ``limit``) at which ``batch`` caches fit.
 
-    0 if not even one token per sequence fits.
+    0 if not even one token per sequence fits. Under tensor/pipeline parallelism the memory is
+    one GPU's and the cache the fullest GPU's share, as in :func:`max_batch`.
     """
     require_int(batch, "batch", low=1)
     free = free_bytes(gpu_bytes, weights, overhead_bytes)
     high = limit or spec.max_context
     if high is None:
         raise KVLibError(f"{spec.name} has no maximum context; pass limit=")
-    if free < cache_bytes(spec, 1, batch, dtype):
+
+    def size(context: int) -> int:
+        return per_gpu_bytes(spec, context, batch, dtype, tensor_parallel_size, pipeline_parallel_size)
+
+    if free < size(1):
         return 0
     low = 1  # cache size never shrinks with the context, so bisect for the last one that fits
     while low < high:
         mid = (low + high + 1) // 2
-        low, high = (mid, high) if cache_bytes(spec, mid, batch, dtype) <= free else (low, mid - 1)
+        low, high = (mid, high) if size(mid) <= free else (low, mid - 1)
     return low
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 
 from kvlib import KVLibError
-from kvlib.sizing.capacity import free_bytes, weight_bytes
+from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
 from kvlib.sizing.dtypes import KV_DTYPES
 from kvlib.sizing.parallel import check_parallel, kv_heads_per_gpu, per_gpu_bytes, pp_layer_ranges
-from kvlib.sizing.spec import ModelSpec, cache_bytes
+from kvlib.sizing.spec import cache_bytes
 from kvlib.units import GiB, ceil_div
 
 
@@ -42,27 +42,6 @@ def gpu_memory_bytes(gpu_gib: float, overhead_gib: float) -> tuple[int, int]:
     if gpu < 1:
         raise KVLibError(f"GPU memory must be at least one byte, not {gpu_gib!r} GiB")
     return gpu, int(overhead_gib * GiB)
-
-
-def max_context_per_gpu(
-    spec: ModelSpec, batch: int, free: int, dtype: str, tensor_parallel_size: int, pipeline_parallel_size: int
-) -> int:
-    """The longest context (up to the model's maximum) whose caches fit in ``free`` bytes of the fullest GPU.
-
-    :func:`kvlib.sizing.capacity.max_context` for one GPU of a TP x PP layout (the same bisection:
-    a cache never shrinks as the context grows); 0 if not even one token fits.
-    """
-
-    def size(context: int) -> int:
-        return per_gpu_bytes(spec, context, batch, dtype, tensor_parallel_size, pipeline_parallel_size)
-
-    if free < size(1):
-        return 0
-    low, high = 1, spec.max_context
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if size(mid) <= free else (low, mid - 1)
-    return low
 
 
 def capacity_report(
@@ -95,7 +74,6 @@ def capacity_report(
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     gpu_weights = ceil_div(weights, tp * pp)
     gpu_cache = per_gpu_bytes(spec, context, batch, kv_dtype, tp, pp)
-    free = free_bytes(gpu, gpu_weights, overhead)
     return {
         "model": entry.name,
         "kv_dtype": kv_dtype,
@@ -106,8 +84,8 @@ def capacity_report(
         "gpu_gib": gpu_gib,
         "gpu_fraction": (gpu_weights + overhead + gpu_cache) / gpu,
         "fits": gpu_weights + overhead + gpu_cache <= gpu,
-        "max_batch": max(0, free // per_gpu_bytes(spec, context, 1, kv_dtype, tp, pp)),
-        "max_context": max_context_per_gpu(spec, batch, free, kv_dtype, tp, pp),
+        "max_batch": max_batch(spec, context, gpu, gpu_weights, overhead, kv_dtype, tp, pp),
+        "max_context": max_context(spec, batch, gpu, gpu_weights, overhead, kv_dtype, None, tp, pp),
         "model_max_context": spec.max_context,
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,

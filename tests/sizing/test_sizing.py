@@ -361,3 +361,23 @@ def test_catalog_config_is_a_copy_of_the_quoted_fields():
     assert s.catalog_config("Falcon-7B")["n_layer"] == 32  # the cached catalog is not changed
     with pytest.raises(KVLibError, match="unknown model"):
         s.catalog_config("Falcon-8B")
+
+
+def test_max_batch_and_context_on_one_gpu_of_a_tensor_and_pipeline_parallel_layout():
+    llama70 = s.catalog_entry("Llama-3-70B").spec  # 80 layers, 8 KV heads of 128
+    free = 80 * GiB - 20 * GiB - 4 * GiB  # one GPU's memory less its weights and overhead: 56 GiB
+    # TP 8: one KV head of every layer per GPU, 2 x 80 x 1 x 128 x 2 bytes = 40,960 B per token
+    assert (
+        s.max_batch(llama70, 8192, 80 * GiB, 20 * GiB, 4 * GiB, "bf16", 8) == free // (40_960 * 8192) == 179
+    )
+    # 64 sequences in 6 GiB left on a 30 GiB GPU: 6 GiB / (64 x 40,960 B) = 2,457 tokens
+    assert s.max_context(llama70, 64, 30 * GiB, 20 * GiB, 4 * GiB, "bf16", None, 8) == 6 * GiB // (
+        64 * 40_960
+    )
+    # TP 4 x PP 3: 2 KV heads of the largest stage's 27 layers, 2 x 27 x 2 x 128 x 2 bytes per token
+    per_token = 2 * 27 * 2 * 128 * 2
+    assert s.max_batch(llama70, 8192, 80 * GiB, 20 * GiB, 4 * GiB, "bf16", 4, 3) == free // (per_token * 8192)
+    # one GPU: the whole cache, as before
+    assert s.max_batch(llama70, 8192, 80 * GiB, 20 * GiB, 4 * GiB, "bf16") == free // (8 * 40_960 * 8192)
+    with pytest.raises(KVLibError, match="divisible"):
+        s.max_batch(llama70, 8192, 80 * GiB, 20 * GiB, 4 * GiB, "bf16", 3)

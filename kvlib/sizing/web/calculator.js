@@ -100,7 +100,7 @@
   const maxBatch = (free, perSequence) => (free < 0n ? 0n : free / perSequence);
 
   // max_context: cache size never shrinks as the context grows, so bisect for the last that fits
-  // (on one GPU of the layout: kvlib.sizing.widget.max_context_per_gpu).
+  // (on one GPU of the layout: kvlib.sizing.capacity.max_context).
   function maxContext(m, batch, free, dtype, tp, pp) {
     if (free < perGpuBytes(m, 1, batch, dtype, tp, pp)) return 0;
     let low = 1;
