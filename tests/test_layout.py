@@ -7,7 +7,18 @@ import pytest
 
 from tests.layout import KVLIB, find_cycle, import_graph, modules, package_of
 
-PACKAGES = ("measure", "kernels", "model", "cache", "sizing", "paged", "serving", "plotting", "exercises")
+PACKAGES = (
+    "measure",
+    "kernels",
+    "quant",
+    "model",
+    "cache",
+    "sizing",
+    "paged",
+    "serving",
+    "plotting",
+    "exercises",
+)
 MAX_LINES = 400
 # Names every module of a kind defines on purpose: the CLI calls each bench module's bench(),
 # and the exercise checker reads each chapter's WRONG_ANSWERS.

@@ -1,0 +1,112 @@
+"""Asymmetric min-max integer quantization in groups, with packed codes (the quality chapter).
+
+Each group of ``group_size`` consecutive values along the last dim (a token's key or value
+vector for per-token quantization; a channel's values over tokens for KIVI's per-channel
+keys) gets a zero point ``z`` (its minimum) and a scale ``s = (max - z) / (2**bits - 1)``,
+both stored in fp16; a value ``x`` is stored as the code ``round((x - z) / s)`` in
+``0 .. 2**bits - 1`` and read back as ``code * s + z``. This is the format that
+:class:`kvlib.sizing.dtypes.KVDtype` counts for int8/int4 (one fp16 scale + one fp16 zero
+point per 32 values), and the one KIVI and transformers' ``QuantizedCache`` use.
+
+Why the bound ``|x - read back| <= s / 2`` holds here: the zero point is rounded *down* to
+fp16 and the scale *up*, so every ``(x - z) / s`` lies in ``[0, 2**bits - 1]`` and the
+rounding to the nearest code is never clamped. A group of equal fp16 values gets scale 0
+and is read back exactly. The fp16 metadata bound the inputs: values beyond fp16's range
+(or not finite) are refused with a KVLibError rather than stored as a silently wrong number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from kvlib import KVLibError
+from kvlib.quant.packing import pack_codes, unpack_codes
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the quantizers accept
+FP16_MAX = torch.finfo(torch.float16).max  # 65504: the largest magnitude an fp16 zero point holds
+
+
+def check_floats(x: torch.Tensor, what: str = "x", within_fp16: bool = True) -> None:
+    """KVLibError unless ``x`` is a tensor of :data:`FLOAT_DTYPES` (and finite, within fp16's range)."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_DTYPES:
+        dtype = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise KVLibError(f"{what} must be a float32, float16 or bfloat16 tensor, not {dtype}")
+    if within_fp16 and x.numel() and not bool((x.abs() <= FP16_MAX).all()):  # NaN fails the test too
+        raise KVLibError(f"{what} holds values that are not finite or beyond fp16's range (±{FP16_MAX:g})")
+
+
+def check_group_size(group_size: int) -> int:
+    """``group_size`` if it is a positive integer; a one-line KVLibError otherwise."""
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+        raise KVLibError(f"group_size must be a positive integer, not {group_size!r}")
+    return group_size
+
+
+def fp16_toward(x: torch.Tensor, direction: float) -> torch.Tensor:
+    """``x`` (float32) rounded to fp16 toward ``direction`` (+inf: up, -inf: down), not to nearest."""
+    nearest = x.half()
+    wrong_side = (nearest.float() < x) if direction > 0 else (nearest.float() > x)
+    step = torch.nextafter(nearest, torch.full_like(nearest, direction))
+    return torch.where(wrong_side, step, nearest)
+
+
+def grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(..., length) -> (..., num_groups, group_size), the last group padded with its last value.
+
+    Replicating the last value leaves the last group's minimum and maximum unchanged.
+    """
+    length = x.shape[-1]
+    pad = -length % group_size
+    if pad:
+        x = F.pad(x.reshape(-1, 1, length), (0, pad), mode="replicate").view(*x.shape[:-1], length + pad)
+    return x.view(*x.shape[:-1], -1, group_size)
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """A float tensor stored as packed ``bits``-bit codes with an fp16 scale and zero point per group."""
+
+    data: torch.Tensor  # uint8 (..., ceil(length * bits / 8)): the packed codes of each vector
+    scale: torch.Tensor  # float16 (..., num_groups): s of each group
+    zero: torch.Tensor  # float16 (..., num_groups): z of each group (its minimum, rounded down)
+    bits: int  # width of one code: 2, 4 or 8
+    group_size: int  # consecutive values along the last dim sharing one scale and zero point
+    length: int  # values per vector (the last dim of the original tensor)
+    dtype: torch.dtype  # dtype of the original tensor, which dequantize returns
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes really held: packed codes, scales and zero points."""
+        return sum(t.numel() * t.element_size() for t in (self.data, self.scale, self.zero))
+
+    def codes(self) -> torch.Tensor:
+        """The unpacked codes, uint8 (..., length)."""
+        return unpack_codes(self.data, self.bits, self.length)
+
+    def dequantize(self) -> torch.Tensor:
+        """``code * scale + zero`` per value, in float32 arithmetic, returned in the original dtype."""
+        codes = grouped(self.codes(), self.group_size).float()  # (..., groups, group_size)
+        values = codes * self.scale.float()[..., None] + self.zero.float()[..., None]
+        return values.flatten(-2)[..., : self.length].to(self.dtype)
+
+
+def quantize_minmax(x: torch.Tensor, bits: int, group_size: int = 32) -> QuantizedTensor:
+    """Quantize ``x`` (..., length) in groups of ``group_size`` values along its last dim (see the module)."""
+    check_floats(x)
+    check_group_size(group_size)
+    if bits not in (2, 4, 8):
+        raise KVLibError(f"bits must be one of (2, 4, 8), not {bits!r}")
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise KVLibError(f"x must have a non-empty last dim, not shape {tuple(x.shape)}")
+    groups = grouped(x.float(), group_size)  # (..., num_groups, group_size)
+    zero = fp16_toward(groups.amin(dim=-1), float("-inf"))  # (..., num_groups), <= every value
+    top = 2**bits - 1
+    span = groups.amax(dim=-1) - zero.float()  # (..., num_groups), >= 0
+    scale = fp16_toward(span / top, float("inf"))  # rounded up: (x - z) / s <= top
+    divisor = torch.where(scale == 0, torch.ones_like(scale), scale).float()  # equal values: codes 0
+    codes = ((groups - zero.float()[..., None]) / divisor[..., None]).round().clamp_(0, top)
+    codes = codes.to(torch.uint8).flatten(-2)[..., : x.shape[-1]]  # (..., length)
+    return QuantizedTensor(pack_codes(codes, bits), scale, zero, bits, group_size, x.shape[-1], x.dtype)
