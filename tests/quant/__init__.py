@@ -1,0 +1,1 @@
+"""Tests of kvlib.quant: the quantizers and formats of the quality chapter."""
