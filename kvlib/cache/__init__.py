@@ -2,6 +2,8 @@
 
 - ``contiguous``: the preallocated cache and the concatenating one (the trap), with their byte
   counts.
+- ``quantized``: a cache that stores K/V in a :mod:`kvlib.quant` format and attends over them
+  dequantized (the quality chapter of issue 14, not yet written).
 - ``generation``: greedy generation without a cache, with one and with concatenation (one
   :class:`Decoder` step at a time), and the encoder-decoder's generation.
 - ``costmodel``: FLOPs per step, the fitted time per FLOP, the growth exponent, and when the
