@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvlib import KVLibError
 from kvlib.cache.eviction import H2O, SlidingWindow, StreamingLLM, eviction_policy
@@ -83,3 +85,22 @@ def test_bad_policy_arguments_get_one_line_errors():
         H2O(2, 1).kept_positions([0, 1, 2], [1.0, 2.0])
     with pytest.raises(KVLibError, match=r"\(batch, held\) tensor"):
         H2O(2, 1).keep_indices(torch.zeros(3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scores=st.lists(st.integers(0, 4), min_size=1, max_size=12),
+    budget=st.integers(1, 14),
+    recent=st.integers(0, 14),
+)
+def test_h2o_matches_its_definition_written_out(scores, budget, recent):
+    # small integer scores make ties common; the definition: the last `recent` positions, plus the
+    # `budget - recent` older ones ranked by (larger score, earlier position)
+    recent = min(recent, budget)
+    held = len(scores)
+    if held <= budget:
+        expected = list(range(held))
+    else:
+        old = sorted(range(held - recent), key=lambda i: (-scores[i], i))[: budget - recent]
+        expected = sorted(old) + list(range(held - recent, held))
+    assert H2O(budget, recent).kept_positions(range(held), [float(s) for s in scores]) == expected
