@@ -4,6 +4,10 @@
   counts.
 - ``quantized``: a cache that stores K/V in a :mod:`kvlib.quant` format and attends over them
   dequantized (the quality chapter of issue 14, not yet written).
+- ``eviction``: which tokens a layer keeps under a budget: a sliding window, StreamingLLM's sinks
+  plus a window, H2O's heavy hitters plus a recent window (the same chapter).
+- ``evicting``: a cache that applies such a policy after every step and attends over the kept
+  tokens.
 - ``generation``: greedy generation without a cache, with one and with concatenation (one
   :class:`Decoder` step at a time), and the encoder-decoder's generation.
 - ``costmodel``: FLOPs per step, the fitted time per FLOP, the growth exponent, and when the
