@@ -9,6 +9,8 @@
 - ``llama``: :class:`TinyLlama`, a Llama-style decoder small enough for a CPU.
 - ``lean``: the lean forward pass :class:`TinyLlama` runs without gradients (fused q/k/v and
   gate/up products, norms folded into the weights: 65 operators per decode step instead of 121).
+- ``head_pooling``: :func:`~kvlib.model.head_pooling.pool_kv_heads`, a model converted to fewer K/V
+  heads (GQA/MQA by mean-pooling or keeping one head per group; issue 14's quality chapter).
 - ``encdec``: an encoder-decoder, whose cross-attention K/V do not grow (chapter 1).
 - ``hf``: the bridge to Hugging Face ``transformers`` (weights both ways, logits compared).
 
@@ -19,6 +21,7 @@ The model knows only the :class:`KVCache` protocol; the caches themselves live i
 from kvlib.model.attention import causal_mask, grouped_attention, repeat_kv_attention, sdpa_attention
 from kvlib.model.config import KVCache, ModelConfig
 from kvlib.model.encdec import CrossAttention, CrossKV, DecoderBlock, EncoderDecoder, FullAttention
+from kvlib.model.head_pooling import pool_kv_heads
 from kvlib.model.hf import (
     CONFIG_FIELDS,
     HF_PREFIX,
@@ -60,6 +63,7 @@ __all__ = [
     "max_logit_difference",
     "model_config_of",
     "new_token_rotary",
+    "pool_kv_heads",
     "quiet_transformers",
     "random_hf_llama",
     "repeat_kv_attention",
