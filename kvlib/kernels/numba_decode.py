@@ -313,6 +313,9 @@ def numba_decode(
         part_l,
         part_acc,
     )
+    threads = numba_threads()
+    if numba.get_num_threads() != threads:
+        numba.set_num_threads(threads)
     _timed_first_call("float32" if k_cache.dtype == torch.float32 else "16-bit", decode_kernel, args)
     if num_splits > 1:
         _timed_first_call("merge", merge_splits, (part_m, part_l, part_acc, args[7]))
@@ -337,5 +340,11 @@ def jit_seconds() -> dict[str, float]:
 
 
 def numba_threads() -> int:
-    """Threads numba's parallel loops run on (``numba.set_num_threads`` changes it)."""
-    return numba.get_num_threads()
+    """Threads the kernel runs on: torch's thread count (``torch.set_num_threads``, or
+    :func:`kvlib.measure.timing.torch_threads`), capped by the threads numba started with.
+
+    One setting governs both libraries, so that "on one thread" means one thread for the whole
+    step: a one-thread step timed by its thread's CPU time (chapters 1 and 4) must not hand
+    half its attention to a second numba thread that the clock does not see.
+    """
+    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))

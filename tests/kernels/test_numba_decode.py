@@ -101,3 +101,22 @@ def test_the_softmax_exponential_is_accurate_to_float32():
     exact = np.exp(x[:-2].astype(np.float64))
     assert (np.abs(out[:-2] - exact) / exact).max() < 2e-7  # about one float32 ulp
     assert out[-2] == 0 and out[-1] == 0
+
+
+def test_the_kernel_runs_on_torchs_thread_count():
+    """One setting for both libraries: a one-thread step runs its attention on that one thread."""
+    import numba
+
+    from kvlib.kernels.numba_decode import numba_threads
+    from kvlib.measure.timing import torch_threads
+
+    inputs = decode_case([40, 9], 8, num_kv_heads=2, group=2)
+    with torch_threads(1):
+        assert numba_threads() == 1
+        decode_attention(*inputs, kernel="numba")
+        assert numba.get_num_threads() == 1
+    with torch_threads(numba.config.NUMBA_NUM_THREADS):
+        assert numba_threads() == numba.config.NUMBA_NUM_THREADS
+        out = decode_attention(*inputs, kernel="numba")
+        assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    assert relative_error(out, reference(*inputs)) < RTOL
