@@ -33,6 +33,7 @@ BENCH_MODULES = {
     "decode": "kvlib.cache.decode_speed",  # chapter 2: decode attention for each number of KV heads
     "paged": "kvlib.paged.kernel_overhead",  # chapter 3: the paged kernel against the contiguous one
     "serving": "kvlib.serving.policy_comparison",  # chapter 4: the placement policies
+    "quality": "kvlib.quality.tradeoffs",  # chapter 7: what each lossy lever costs the trained model
 }
 
 EXIT_USAGE = 2
@@ -138,7 +139,28 @@ def build_parser() -> argparse.ArgumentParser:
     from kvlib.sizing.capacity_command import add_capacity_command
 
     add_capacity_command(sub)  # capacity: the KV cache vLLM would allocate, and what it would log
+    _add_train_command(sub)
     return parser
+
+
+def _cmd_train(args) -> int:
+    from kvlib.train.command import run_train
+
+    return run_train(args)
+
+
+def _add_train_command(sub) -> None:
+    """``train``: chapter 7's model from its seed, or an uptrained pooled copy (kvlib/train/command.py)."""
+    p = sub.add_parser("train", help="train chapter 7's model (or uptrain a pooled copy) into a file")
+    p.add_argument("--out", required=True, help="where to write the .safetensors file (and its .sha256)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 1800, uptraining 5%%)")
+    p.add_argument("--batch-size", type=int, default=8, help="documents per step")
+    p.add_argument("--data-seed", type=int, default=None, help="seed of the documents (default 0; uptrain 1)")
+    p.add_argument("--uptrain", metavar="FILE", help="start from this model, converted to --num-kv-heads")
+    p.add_argument("--num-kv-heads", type=int, help="K/V heads of the converted model (with --uptrain)")
+    p.add_argument("--pool", choices=("mean", "keep"), default="mean", help="how K/V heads are merged")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_train)
 
 
 def main(argv: list[str] | None = None) -> int:

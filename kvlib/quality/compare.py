@@ -1,0 +1,108 @@
+"""Each lossy lever of chapter 7 applied to the trained model: quantized K/V, fewer K/V heads, eviction.
+
+Every function reads the same :class:`~kvlib.train.corpus.Documents` and returns a
+:class:`~kvlib.quality.score.Quality` (against the full cache's logits, ``reference``) with the
+KV bytes the lever keeps per token of context, so that chapter 7 can set every method on one
+axis. Bytes are counted as an engine would store the reference cache, in fp16 (2 bytes per
+value), at the end of a document of ``seq_len`` tokens; the model computes in float32 either way.
+
+- :func:`full_cache`: the reference, one prefill over the whole document (no cache: the
+  logits are the same for every cache that keeps everything exactly).
+- :func:`quantized`: :class:`~kvlib.cache.quantized.QuantizedKVCache` in a format of
+  :mod:`kvlib.quant.formats`, fed in steps of ``step_len`` tokens so that KIVI's residual of
+  recent tokens behaves as in decoding at that granularity.
+- :func:`fewer_heads`: the model itself converted to fewer K/V heads
+  (:func:`~kvlib.model.head_pooling.pool_kv_heads`), or an uptrained one loaded from a file.
+- :func:`evicted`: :class:`~kvlib.cache.evicting.EvictingKVCache` under a policy of
+  :mod:`kvlib.cache.eviction` at a token budget, a prompt of ``budget`` tokens (nothing is
+  evicted yet) then one token per step, as in decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvlib.cache.evicting import EvictingKVCache
+from kvlib.cache.eviction import eviction_policy
+from kvlib.cache.quantized import QuantizedKVCache
+from kvlib.model.head_pooling import pool_kv_heads
+from kvlib.model.llama import TinyLlama
+from kvlib.quality.score import Quality, logits_in_steps, score_logits
+from kvlib.quant.formats import kv_quant_format
+from kvlib.train.corpus import Documents
+
+FP16_BYTES = 2  # bytes per stored value of the reference cache
+
+
+@dataclass(frozen=True)
+class LeverResult:
+    """One method at one setting: what it keeps and what it costs."""
+
+    method: str  # e.g. "int4 (g16)", "GQA-2 mean-pooled", "H2O"
+    setting: str  # the knob's value, e.g. "group 16", "2 KV heads", "budget 128"
+    kv_bytes_per_token: float  # KV bytes held per token of context at the end of a document
+    quality: Quality  # against the full cache's logits
+
+
+def fp16_bytes_per_token(model: TinyLlama) -> int:
+    """2 (K and V) x layers x kv_heads x head_dim x 2 bytes: the full cache's bytes per token in fp16."""
+    c = model.config
+    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * FP16_BYTES
+
+
+def full_cache(model: TinyLlama, docs: Documents) -> tuple[LeverResult, torch.Tensor]:
+    """The reference: the whole document in one pass; returns the result and its logits."""
+    with torch.inference_mode():
+        logits = model(docs.tokens)  # (batch, seq, vocab)
+    result = LeverResult(
+        "full cache", "fp16", fp16_bytes_per_token(model), score_logits(logits, docs, logits)
+    )
+    return result, logits
+
+
+def quantized(
+    model: TinyLlama,
+    docs: Documents,
+    reference: torch.Tensor,
+    name: str,
+    group_size: int | None = None,
+    residual_length: int | None = None,
+    step_len: int = 32,
+) -> LeverResult:
+    """The model through a :class:`QuantizedKVCache` in format ``name`` (see :func:`kv_quant_format`)."""
+    fmt = kv_quant_format(name, group_size, residual_length)
+    batch, seq = docs.tokens.shape
+    cache = QuantizedKVCache(model.config, batch, seq, fmt)
+    logits = logits_in_steps(model, docs.tokens, cache, min(step_len, seq), step_len)
+    c = model.config
+    per_token = c.num_layers * c.num_kv_heads * fmt.context_bytes(seq, c.head_dim, FP16_BYTES) / seq
+    setting = f"group {fmt.group_size or c.head_dim}"
+    if fmt.residual_length:
+        setting += f", residual {fmt.residual_length}"
+    return LeverResult(name, setting, per_token, score_logits(logits, docs, reference))
+
+
+def fewer_heads(
+    model: TinyLlama, docs: Documents, reference: torch.Tensor, label: str, num_kv_heads=None, method="mean"
+) -> LeverResult:
+    """``model`` pooled to ``num_kv_heads`` K/V heads by ``method`` (None: ``model`` as it is)."""
+    converted = model if num_kv_heads is None else pool_kv_heads(model, num_kv_heads, method)
+    with torch.inference_mode():
+        logits = converted(docs.tokens)
+    heads = converted.config.num_kv_heads
+    return LeverResult(
+        label, f"{heads} KV heads", fp16_bytes_per_token(converted), score_logits(logits, docs, reference)
+    )
+
+
+def evicted(
+    model: TinyLlama, docs: Documents, reference: torch.Tensor, policy: str, budget: int
+) -> LeverResult:
+    """The model through an :class:`EvictingKVCache` keeping ``budget`` tokens by ``policy``."""
+    batch, seq = docs.tokens.shape
+    cache = EvictingKVCache(model.config, batch, eviction_policy(policy, budget), max_len=seq)
+    logits = logits_in_steps(model, docs.tokens, cache, min(budget, seq), 1)
+    per_token = fp16_bytes_per_token(model) * min(budget, seq) / seq
+    return LeverResult(policy, f"budget {budget}", per_token, score_logits(logits, docs, reference))

@@ -1,0 +1,81 @@
+"""``python -m kvlib train``: train chapter 7's model, or uptrain a pooled copy of it (chapter 7).
+
+Two forms, both seeded and both writing a safetensors file with its checksum
+(:func:`~kvlib.train.checkpoint.save_model`):
+
+- ``python -m kvlib train --out FILE`` trains :data:`~kvlib.train.trainer.QUALITY_MODEL` from
+  its seeded initial weights for ``--steps`` steps (the shipped ``mha.safetensors``);
+- ``python -m kvlib train --uptrain FILE --num-kv-heads G --out FILE2`` converts the model in
+  ``FILE`` to ``G`` K/V heads (:func:`~kvlib.model.head_pooling.pool_kv_heads`, ``--pool mean``
+  as the GQA paper does, or ``keep``) and trains it further for ``--steps`` steps on documents
+  it has not seen (another ``--data-seed``) at the peak learning rate's last value.
+
+kvlib/cli.py defines the flags (so that ``python -m kvlib --help`` does not load torch); ``make
+weights`` runs the four commands that made the shipped files. Progress goes to stderr
+every 100 steps; the summary (steps, seconds, threads, last loss, checksum) to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from kvlib import KVLibError
+from kvlib.model.head_pooling import pool_kv_heads
+from kvlib.model.llama import TinyLlama
+from kvlib.train.checkpoint import load_model, save_model
+from kvlib.train.trainer import QUALITY_MODEL, TrainConfig, train
+
+UPTRAIN_FRACTION = 0.05  # the GQA paper uptrains for 5 % of the pre-training steps
+UPTRAIN_DATA_SEED = 1  # uptraining's documents are not the pre-training ones
+
+
+def run_train(args) -> int:
+    """The handler of ``train``: build or convert the model, train it, save it, print a summary."""
+    if (args.uptrain is None) != (args.num_kv_heads is None):
+        raise KVLibError("--uptrain and --num-kv-heads go together")
+    if not str(args.out).endswith(".safetensors"):
+        raise KVLibError(f"--out must name a .safetensors file, not {args.out!r}")
+    base_steps = TrainConfig.num_steps
+    if args.uptrain is None:
+        model = TinyLlama(QUALITY_MODEL)
+        steps, data_seed, peak = args.steps or base_steps, args.data_seed or 0, TrainConfig.peak_lr
+        origin = {"from": "seeded initial weights", "seed": QUALITY_MODEL.seed}
+    else:
+        model = pool_kv_heads(load_model(Path(args.uptrain)), args.num_kv_heads, args.pool)
+        model.requires_grad_(True)
+        steps = args.steps or round(UPTRAIN_FRACTION * base_steps)
+        data_seed = UPTRAIN_DATA_SEED if args.data_seed is None else args.data_seed
+        peak = TrainConfig.peak_lr * TrainConfig.min_lr_ratio  # where pre-training's schedule ended
+        origin = {"from": Path(args.uptrain).name, "pool": args.pool, "num_kv_heads": args.num_kv_heads}
+    config = TrainConfig(
+        num_steps=steps,
+        batch_size=args.batch_size,
+        data_seed=data_seed,
+        peak_lr=peak,
+        warmup_steps=min(TrainConfig.warmup_steps, max(1, steps // 10)),
+    )
+
+    def progress(step: int, loss: float) -> None:
+        if step % 100 == 0 or step == steps - 1:
+            print(f"step {step:5d}  loss {loss:.4f}", file=sys.stderr, flush=True)
+
+    result = train(model, config, on_step=progress)
+    info = {
+        **origin,
+        "num_steps": steps,
+        "batch_size": config.batch_size,
+        "data_seed": data_seed,
+        "peak_lr": peak,
+        "seconds": round(result.seconds, 1),
+        "num_threads": result.num_threads,
+        "torch": torch.__version__,
+        "first_losses": [round(x, 4) for x in result.losses[:5]],
+        "last_loss": round(result.losses[-1], 4),
+    }
+    info["sha256"] = save_model(model, Path(args.out), info)
+    print(json.dumps(info, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in info.items()))
+    return 0

@@ -1,0 +1,154 @@
+"""The corpus the quality chapter's model learns from: generated text with a retrieval probe (chapter 7).
+
+Nothing is downloaded: every sequence is drawn from a seeded generator in this file, so the
+corpus is ours (the repository's licence) and the same on every machine. A sequence of
+``seq_len`` tokens is one *document*:
+
+1. ``<bos>``, then a **register** of ``num_facts`` facts ``KEY VALUE ;`` (keys distinct,
+   values drawn with replacement);
+2. **text**: sentences of a small grammar (``the big cat sees a red dog .``) whose nouns come
+   from the document's own **topic** (a few nouns drawn per document), so that remembering
+   earlier sentences helps predict later ones;
+3. between sentences, now and then, a **query** ``? KEY VALUE .`` about a fact of the
+   register. The value can only be predicted by looking back to the register, which lies
+   hundreds of tokens earlier late in the document: a cache that drops distant tokens loses it.
+
+The probe score of a model is its accuracy at predicting ``VALUE`` after ``? KEY`` for the
+queries that start at or after ``probe_from`` (chance is ``1 / num_values``). The query repeats
+the fact's ``KEY VALUE`` pair, so a model answers it by the mechanism transformers learn first
+for copying (an induction head: find the earlier ``KEY``, copy the token after it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvlib import KVLibError
+
+SPECIALS = ("<bos>", ".", "?", ";")
+DETERMINERS = ("the", "a", "this", "every")
+ADJECTIVES = tuple(
+    "big small red blue old young quiet loud fast slow bright dark warm cold soft hard green tall".split()
+)
+NOUNS = tuple(
+    (
+        "cat dog bird fish horse mouse lion bear wolf fox owl frog goat sheep duck crow "
+        "king queen child farmer baker sailor doctor teacher poet pilot judge miner "
+        "river tree stone house road boat lamp door bell ship cloud hill garden tower bridge field"
+    ).split()
+)
+VERBS = tuple("sees finds likes follows helps meets watches hears carries paints calls greets".split())
+PREPOSITIONS = tuple("near under behind beside above with".split())
+NUM_KEYS = 48  # key tokens K00 .. K47
+NUM_VALUES = 48  # value tokens V00 .. V47
+
+
+def vocabulary() -> tuple[str, ...]:
+    """Every token of the corpus, in id order (specials first, then words, keys and values)."""
+    keys = tuple(f"K{i:02d}" for i in range(NUM_KEYS))
+    values = tuple(f"V{i:02d}" for i in range(NUM_VALUES))
+    return SPECIALS + DETERMINERS + ADJECTIVES + NOUNS + VERBS + PREPOSITIONS + keys + values
+
+
+VOCAB = vocabulary()
+TOKEN_ID = {token: i for i, token in enumerate(VOCAB)}
+assert len(TOKEN_ID) == len(VOCAB), "corpus tokens must be distinct"
+FIRST_KEY = TOKEN_ID["K00"]  # key ids are FIRST_KEY .. FIRST_KEY + NUM_KEYS - 1
+FIRST_VALUE = TOKEN_ID["V00"]  # value ids likewise
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """How documents are drawn; the defaults are those the shipped model was trained on."""
+
+    seq_len: int = 512  # tokens per document (the model's context)
+    num_facts: int = 8  # facts in each document's register
+    num_topic_nouns: int = 6  # nouns a document's sentences draw from
+    query_rate: float = 0.35  # chance of a query after each sentence
+    probe_from: int = 384  # queries starting at or after this position are the probe
+
+    def __post_init__(self):
+        if not isinstance(self.seq_len, int) or self.seq_len < 3 * self.num_facts + 16:
+            raise KVLibError(f"seq_len must leave room after {self.num_facts} facts, not {self.seq_len!r}")
+        if not 1 <= self.num_facts <= NUM_KEYS:
+            raise KVLibError(f"num_facts must be 1 .. {NUM_KEYS}, not {self.num_facts!r}")
+        if not 1 <= self.num_topic_nouns <= len(NOUNS):
+            raise KVLibError(f"num_topic_nouns must be 1 .. {len(NOUNS)}, not {self.num_topic_nouns!r}")
+        if not 0.0 <= self.query_rate <= 1.0:
+            raise KVLibError(f"query_rate must be in [0, 1], not {self.query_rate!r}")
+        if not 0 <= self.probe_from < self.seq_len:
+            raise KVLibError(f"probe_from must be in [0, seq_len), not {self.probe_from!r}")
+
+
+@dataclass(frozen=True)
+class Documents:
+    """A batch of documents and where their probe answers are."""
+
+    tokens: torch.Tensor  # (batch, seq_len) int64 token ids
+    answer_mask: torch.Tensor  # (batch, seq_len) bool: True at every VALUE token of a query
+    probe_mask: torch.Tensor  # (batch, seq_len) bool: the answers of queries at or after probe_from
+
+
+def _sentence(gen: torch.Generator, topic: list[int]) -> list[int]:
+    """One sentence: DET [ADJ] NOUN VERB DET [ADJ] NOUN [PREP DET NOUN] ."""
+
+    def pick(options) -> int:
+        return TOKEN_ID[options[int(torch.randint(len(options), (1,), generator=gen))]]
+
+    def noun_phrase() -> list[int]:
+        words = [pick(DETERMINERS)]
+        if torch.rand((), generator=gen) < 0.5:
+            words.append(pick(ADJECTIVES))
+        return [*words, topic[int(torch.randint(len(topic), (1,), generator=gen))]]
+
+    words = noun_phrase() + [pick(VERBS)] + noun_phrase()
+    if torch.rand((), generator=gen) < 0.3:
+        words += [pick(PREPOSITIONS), *noun_phrase()]
+    return [*words, TOKEN_ID["."]]
+
+
+def document(gen: torch.Generator, config: CorpusConfig) -> tuple[list[int], list[int], list[int]]:
+    """One document's token ids, the positions of its query answers, and those of its probe answers."""
+    keys = (torch.randperm(NUM_KEYS, generator=gen)[: config.num_facts] + FIRST_KEY).tolist()
+    values = (torch.randint(NUM_VALUES, (config.num_facts,), generator=gen) + FIRST_VALUE).tolist()
+    nouns = torch.randperm(len(NOUNS), generator=gen)[: config.num_topic_nouns].tolist()
+    topic = [TOKEN_ID[NOUNS[i]] for i in nouns]
+    tokens = [TOKEN_ID["<bos>"]]
+    for key, value in zip(keys, values, strict=True):
+        tokens += [key, value, TOKEN_ID[";"]]
+    answers, probes = [], []
+    while len(tokens) < config.seq_len:
+        if torch.rand((), generator=gen) < config.query_rate:
+            fact = int(torch.randint(config.num_facts, (1,), generator=gen))
+            start = len(tokens)
+            tokens += [TOKEN_ID["?"], keys[fact], values[fact], TOKEN_ID["."]]
+            if start + 2 < config.seq_len:
+                answers.append(start + 2)
+                if start >= config.probe_from:
+                    probes.append(start + 2)
+        tokens += _sentence(gen, topic)
+    return tokens[: config.seq_len], answers, probes
+
+
+def documents(num_docs: int, seed: int, config: CorpusConfig | None = None) -> Documents:
+    """``num_docs`` documents drawn from ``seed`` (the same seed always gives the same batch)."""
+    config = config or CorpusConfig()
+    if not isinstance(num_docs, int) or num_docs < 1:
+        raise KVLibError(f"num_docs must be a positive integer, not {num_docs!r}")
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.empty(num_docs, config.seq_len, dtype=torch.int64)  # (batch, seq_len)
+    answer_mask = torch.zeros(num_docs, config.seq_len, dtype=torch.bool)
+    probe_mask = torch.zeros(num_docs, config.seq_len, dtype=torch.bool)
+    for i in range(num_docs):
+        ids, answers, probes = document(gen, config)
+        tokens[i] = torch.tensor(ids)
+        answer_mask[i, answers] = True
+        probe_mask[i, probes] = True
+    return Documents(tokens, answer_mask, probe_mask)
+
+
+def decode(ids) -> str:
+    """Token ids as the words they stand for, separated by spaces (to show a document)."""
+    return " ".join(VOCAB[int(i)] for i in ids)

@@ -1,0 +1,157 @@
+"""Training the quality chapter's model: the seeded loop behind ``python -m kvlib train`` (chapter 7).
+
+The book's other models keep their random weights; chapter 7 needs one that has learned
+something a smaller cache can take away. :data:`QUALITY_MODEL` is a multi-head
+:class:`~kvlib.model.llama.TinyLlama` (8 K/V heads, so that they can be pooled later) with a
+512-token context, and :func:`train` fits it to :mod:`kvlib.train.corpus` by next-token
+cross-entropy with AdamW (warm-up, then cosine decay; gradients clipped). Every step draws its
+own documents from ``data_seed`` and the step number, so a run is the same on every machine up
+to float rounding (which depends on the CPU and the thread count), and a test can retrain a few
+steps and compare the first losses with the stored curve.
+
+Training attends through :class:`WholeSequence`, a stand-in for a cache that holds exactly the
+sequence being trained on: PyTorch's fused causal attention (three times faster here than the
+explicit softmax of :func:`~kvlib.model.attention.grouped_attention`, and equal to it up to
+float rounding). The same class serves uptraining after
+:func:`~kvlib.model.head_pooling.pool_kv_heads` (the GQA paper's 5 % of the steps).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from kvlib import KVLibError
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from kvlib.train.corpus import VOCAB, CorpusConfig, documents
+
+# The model chapter 7 trains: vocabulary rounded up to a multiple of 64, head_dim 16, 0.9 M parameters.
+QUALITY_MODEL = ModelConfig(
+    vocab_size=192,
+    d_model=128,
+    num_layers=4,
+    num_heads=8,
+    num_kv_heads=8,
+    d_ff=384,
+    max_seq_len=512,
+    seed=1,
+)
+assert QUALITY_MODEL.vocab_size >= len(VOCAB), "the model must have an embedding for every corpus token"
+VALIDATION_SEED = 2**40  # documents from here on are never trained on
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run; the defaults trained the shipped model (``python -m kvlib train``)."""
+
+    num_steps: int = 1800  # optimizer steps
+    batch_size: int = 8  # documents per step (each CorpusConfig.seq_len tokens)
+    peak_lr: float = 3e-3  # learning rate after warm-up
+    warmup_steps: int = 100  # linear warm-up from peak_lr / warmup_steps
+    min_lr_ratio: float = 0.1  # the cosine decays to peak_lr * min_lr_ratio at the last step
+    weight_decay: float = 0.1  # AdamW's decoupled weight decay
+    grad_clip: float = 1.0  # largest gradient norm
+    data_seed: int = 0  # step s trains on documents(batch_size, data_seed * 2**20 + s)
+
+    def __post_init__(self):
+        for name in ("num_steps", "batch_size", "warmup_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise KVLibError(f"TrainConfig.{name} must be a positive integer, not {value!r}")
+        for name in ("peak_lr", "grad_clip"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise KVLibError(f"TrainConfig.{name} must be a positive number, not {value!r}")
+        if not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.weight_decay < 1:
+            raise KVLibError("TrainConfig.min_lr_ratio must be in [0, 1] and weight_decay in [0, 1)")
+        if not isinstance(self.data_seed, int) or not 0 <= self.data_seed < 2**19:
+            raise KVLibError(
+                f"TrainConfig.data_seed must be an integer in [0, 2**19), not {self.data_seed!r}"
+            )
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a run leaves besides the weights."""
+
+    losses: tuple[float, ...]  # training loss of every step, in nats per token
+    seconds: float  # wall-clock time of the run
+    num_threads: int  # torch's intra-op threads during the run
+
+
+class WholeSequence:
+    """The :class:`~kvlib.model.config.KVCache` of a training pass: the batch is the whole sequence.
+
+    ``prepare`` gives positions 0 .. n-1 and ``attend`` runs causal attention over the new
+    tokens alone, by PyTorch's fused kernel; nothing is stored.
+    """
+
+    def __init__(self, batch_size: int, seq_len: int):
+        self.positions = torch.arange(seq_len).expand(batch_size, seq_len)  # (batch, seq_len)
+
+    def prepare(self, num_new: int) -> torch.Tensor:
+        """Positions of a whole sequence of ``num_new`` tokens, (batch, num_new)."""
+        return self.positions[:, :num_new]
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of q (batch, heads, seq, head_dim) over k, v (batch, kv_heads, seq, head_dim)."""
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warm-up to ``peak_lr``, then cosine decay to ``peak_lr * min_lr_ratio`` at the last step."""
+    warm = min(1.0, (step + 1) / config.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * step / max(1, config.num_steps - 1)))
+    return config.peak_lr * warm * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
+
+
+def next_token_loss(model: TinyLlama, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1] (batch, seq), a scalar."""
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (batch, seq - 1) each
+    logits = model.reference_forward(inputs, WholeSequence(*inputs.shape))  # (batch, seq - 1, vocab)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def train(
+    model: TinyLlama,
+    config: TrainConfig | None = None,
+    corpus: CorpusConfig | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TrainResult:
+    """Train ``model`` in place on the corpus; ``on_step(step, loss)`` is called after every step."""
+    config, corpus = config or TrainConfig(), corpus or CorpusConfig()
+    if corpus.seq_len > model.config.max_seq_len:
+        raise KVLibError(
+            f"documents of {corpus.seq_len} tokens exceed the model's {model.config.max_seq_len}"
+        )
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]  # matrices decay; norm scales do not
+    rest = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=config.peak_lr,
+        betas=(0.9, 0.95),
+    )
+    model.train()
+    losses, start = [], time.perf_counter()
+    for step in range(config.num_steps):
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, config)
+        batch = documents(config.batch_size, config.data_seed * 2**20 + step, corpus)
+        loss = next_token_loss(model, batch.tokens)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(step, losses[-1])
+    model.eval()
+    model.fused.clear()  # the lean pass fuses the trained weights afresh
+    return TrainResult(tuple(losses), time.perf_counter() - start, torch.get_num_threads())
