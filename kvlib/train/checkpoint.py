@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorsError
+from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
 from kvlib import KVLibError
@@ -58,7 +58,7 @@ def load_model(path: Path) -> TinyLlama:
         with safe_open(str(path), framework="pt") as f:
             config = ModelConfig(**json.loads(f.metadata()["config"]))
         tensors = load_file(str(path))
-    except (SafetensorsError, KeyError, TypeError, ValueError) as exc:
+    except (SafetensorError, KeyError, TypeError, ValueError) as exc:
         raise KVLibError(f"{path} is not a kvlib model file ({exc})") from None
     model = TinyLlama(config)
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=False)
