@@ -1,4 +1,4 @@
-"""Every figure of the book, one ``draw_*`` function per figure, grouped by chapter.
+"""Every figure of the book, one ``draw_*`` function per figure, grouped by chapter (1 to 5, and 7).
 
 This package is the only part of kvlib that imports matplotlib: the experiments return
 numbers and tables, and the notebooks (and tests) pass them here to be drawn. Each
@@ -12,6 +12,8 @@ function returns its :class:`matplotlib.figure.Figure`.
 - ``paged``: chapter 3 (block tables and the pool, memory wasted, the paged kernel's overhead).
 - ``serving``: chapter 4 (trace lengths, where the KV budget goes, latency curves, regimes).
 - ``levers``: chapter 5 (the lever chain relative to the baseline).
+- ``quality``: chapter 7 (perplexity and probe recall against KV bytes per token, every lossy
+  lever on one plot, with the Pareto front).
 """
 
 from kvlib.plotting.cache import (
@@ -24,6 +26,7 @@ from kvlib.plotting.cache import (
 from kvlib.plotting.common import axes
 from kvlib.plotting.levers import draw_chain
 from kvlib.plotting.paged import draw_block_tables, draw_kernel_overhead, draw_memory_waste
+from kvlib.plotting.quality import draw_pareto, draw_recall
 from kvlib.plotting.serving import (
     draw_latency_curves,
     draw_length_histograms,
@@ -47,6 +50,8 @@ __all__ = [
     "draw_max_batch",
     "draw_memory_breakdown",
     "draw_memory_waste",
+    "draw_pareto",
+    "draw_recall",
     "draw_regime_curve",
     "draw_roofline",
     "draw_step_latency",

@@ -1,0 +1,238 @@
+"""Chapter 7's figures (What a smaller cache costs): quality against KV bytes per token, every lever at once.
+
+Both functions draw the rows of :func:`kvlib.quality.tradeoffs.ratio_rows`, one point per
+setting, on a log axis of KV bytes per token with the full cache's bytes marked:
+
+- :func:`draw_pareto`: the perplexity ratio (1.0 = the full cache's), and the Pareto front
+  (:func:`~kvlib.quality.tradeoffs.pareto_front`) as a staircase: the lowest ratio any setting
+  reaches with at most that many bytes;
+- :func:`draw_recall`: the recall of the retrieval probe, which the perplexity ratio hides
+  (the probe's answers are a small share of the tokens) and which eviction and fewer heads
+  are the first to lose.
+
+Each lever family keeps one colour (quantized formats blue, fewer K/V heads green, eviction
+red to purple) and each method its own marker, in both figures; every point carries a short
+label such as "int4 g8", "kivi2", "GQA-2 up" or "h2o 128".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from matplotlib.ticker import NullFormatter
+
+from kvlib import KVLibError
+from kvlib.plotting.common import axes
+from kvlib.quality.tradeoffs import RatioRow, pareto_front
+
+# method of a RatioRow -> (legend entry, colour, marker); a family shares a colour
+SERIES = {
+    "full cache": ("full cache (fp16)", "black", "*"),
+    "int8": ("quantized, per token", "tab:blue", "o"),
+    "fp8": ("quantized, per token", "tab:blue", "o"),
+    "int4": ("quantized, per token", "tab:blue", "o"),
+    "int2": ("quantized, per token", "tab:blue", "o"),
+    "kivi4": ("quantized, KIVI", "tab:blue", "D"),
+    "kivi2": ("quantized, KIVI", "tab:blue", "D"),
+    "mean-pooled": ("fewer KV heads, mean-pooled", "tab:green", "v"),
+    "one head kept": ("fewer KV heads, one kept", "tab:olive", "<"),
+    "mean-pooled + uptrained": ("fewer KV heads, uptrained", "tab:green", "^"),
+    "window": ("eviction, sliding window", "tab:red", "s"),
+    "sinks": ("eviction, StreamingLLM (sinks)", "tab:orange", "P"),
+    "h2o": ("eviction, H2O", "tab:purple", "X"),
+}
+LABEL_GAP_PT = 7  # least vertical distance between two stacked labels
+LABEL_WIDTH_PT = 40  # points closer than this along x have their labels stacked
+FIGURE_SIZE = (8.6, 4.6)  # inches: the axes and, on the right, the legend
+HEAD_SUFFIX = {"mean-pooled": "mean", "one head kept": "kept", "mean-pooled + uptrained": "up"}
+
+
+def _check_rows(rows, what: str = "rows") -> list[RatioRow]:
+    """``rows`` as a list of RatioRow with positive bytes and known methods, or a one-line KVLibError."""
+    if isinstance(rows, RatioRow) or not hasattr(rows, "__iter__"):
+        raise KVLibError(f"{what} must be a list of RatioRow (kvlib.quality.tradeoffs.ratio_rows)")
+    rows = list(rows)
+    if not rows:
+        raise KVLibError(f"{what} is empty: nothing to draw (pass kvlib.quality.tradeoffs.ratio_rows(...))")
+    for r in rows:
+        if not isinstance(r, RatioRow):
+            raise KVLibError(f"{what} must hold RatioRow, not {type(r).__name__}")
+        if r.method not in SERIES:
+            raise KVLibError(f"unknown method {r.method!r}; the chapter's figures draw {', '.join(SERIES)}")
+        for field in ("kv_bytes_per_token", "kv_fraction"):
+            value = getattr(r, field)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise KVLibError(
+                    f"{r.method} at {r.setting!r}: {field} must be a positive number, not {value!r}"
+                )
+    return rows
+
+
+def full_cache_bytes(rows: list[RatioRow]) -> float:
+    """The full cache's KV bytes per token, which every row's ``kv_fraction`` is relative to.
+
+    Rows of different sweeps (different models) disagree on it: a one-line KVLibError then.
+    """
+    values = [r.kv_bytes_per_token / r.kv_fraction for r in rows]
+    if max(values) > min(values) * (1 + 1e-6):
+        raise KVLibError(
+            f"the rows disagree on the full cache's bytes ({min(values):g} to {max(values):g}): "
+            "draw rows of one sweep"
+        )
+    return values[0]
+
+
+def point_label(row: RatioRow, rows: list[RatioRow]) -> str:
+    """A short name for ``row``: "int4 g8", "kivi4 r32", "GQA-2 up", "MQA kept", "h2o 128", "full cache".
+
+    A quantized format names its group (g) or KIVI residual (r) only where the rows hold the
+    same format at more than one of them.
+    """
+    numbers = _numbers(row.setting)
+    if row.method in HEAD_SUFFIX and numbers:
+        heads = "MQA" if numbers[0] == 1 else f"GQA-{numbers[0]}"
+        return f"{heads} {HEAD_SUFFIX[row.method]}"
+    if row.method in ("window", "sinks", "h2o") and numbers:
+        return f"{row.method} {numbers[0]}"
+    if row.method == "full cache":
+        return row.method
+    knobs = [_numbers(r.setting) for r in rows if r.method == row.method]  # (group, residual) each
+    label = row.method
+    for index, letter in enumerate("gr"):
+        if index < len(numbers) and len({k[index : index + 1] for k in knobs}) > 1:
+            label += f" {letter}{numbers[index]}"
+    return label
+
+
+def _numbers(setting: str) -> tuple[int, ...]:
+    """The integers of a setting, in order: "group 16, residual 128" -> (16, 128)."""
+    return tuple(int(n) for n in re.findall(r"\d+", setting))
+
+
+def _points(ax, rows: list[RatioRow], value) -> None:
+    """One scatter per legend entry (a family's colour, a method's marker)."""
+    by_series: dict[str, list[RatioRow]] = {}
+    for r in rows:
+        by_series.setdefault(SERIES[r.method][0], []).append(r)
+    for name, members in by_series.items():
+        _, colour, marker = SERIES[members[0].method]
+        ax.scatter(
+            [r.kv_bytes_per_token for r in members],
+            [value(r) for r in members],
+            color=colour,
+            marker=marker,
+            s=70 if marker == "*" else 30,
+            label=name,
+            zorder=3,
+        )
+
+
+def _labels(ax, rows: list[RatioRow], value) -> None:
+    """Each point's :func:`point_label`, stacked upwards where points lie closer than a label's width.
+
+    Call it once the limits are final: distances are reckoned in points from them.
+    """
+    (xmin, xmax), (ymin, ymax) = ax.get_xlim(), ax.get_ylim()
+    box = ax.get_position()  # the axes' share of the figure
+    x_pt = box.width * ax.figure.get_figwidth() * 72 / math.log(xmax / xmin)  # points per e-fold of x
+    y_pt = box.height * ax.figure.get_figheight() * 72 / (ymax - ymin)  # points per unit of y
+    columns: list[list[RatioRow]] = []  # points whose labels would overlap side by side
+    for r in sorted(rows, key=lambda r: r.kv_bytes_per_token):
+        if (
+            columns
+            and math.log(r.kv_bytes_per_token / columns[-1][0].kv_bytes_per_token) * x_pt < LABEL_WIDTH_PT
+        ):
+            columns[-1].append(r)
+        else:
+            columns.append([r])
+    for column in columns:
+        top = -math.inf  # the highest label placed so far in this column, in points
+        for r in sorted(column, key=value):
+            at = (value(r) - ymin) * y_pt
+            placed = max(at, top + LABEL_GAP_PT)
+            top = placed
+            ax.annotate(
+                point_label(r, rows),
+                (r.kv_bytes_per_token, value(r)),
+                xytext=(4, placed - at - 2),
+                textcoords="offset points",
+                fontsize=6,
+            )
+
+
+def _bytes_axis(ax, rows: list[RatioRow], full_bytes: float) -> None:
+    """Power-of-two ticks of bytes per token, and the full cache's bytes as a dotted line named at the top."""
+    low = min(r.kv_bytes_per_token for r in rows)
+    ticks = [2**k for k in range(math.floor(math.log2(low)), math.ceil(math.log2(full_bytes)) + 1)]
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(low / 1.25, full_bytes * 1.6)
+    ax.axvline(full_bytes, color="black", linestyle=":", linewidth=1)
+    ax.annotate(
+        f"full cache: {full_bytes:,.0f} B",
+        (full_bytes, 1),
+        xycoords=ax.get_xaxis_transform(),  # x in data, y in axes fractions: the top edge
+        xytext=(-3, -3),
+        textcoords="offset points",
+        ha="right",
+        va="top",
+        fontsize=7,
+    )
+
+
+def draw_pareto(rows: list[RatioRow], front: list[RatioRow] | None = None):
+    """Chapter 7: perplexity ratio against KV bytes per token (log), every setting, the Pareto front stepped.
+
+    ``front`` defaults to :func:`~kvlib.quality.tradeoffs.pareto_front` of ``rows``: the lowest
+    ratio reached with at most a given number of bytes is the staircase through it.
+    """
+    rows = _check_rows(rows)
+    front = pareto_front(rows) if front is None else _check_rows(front, "front")
+    front = sorted(front, key=lambda r: r.kv_bytes_per_token)
+    full_bytes = full_cache_bytes(rows)
+    fig, ax = axes(
+        "What a smaller cache costs: perplexity against KV bytes",
+        "KV bytes per token (log scale)",
+        "perplexity / full cache's",
+        logx=True,
+        size=FIGURE_SIZE,
+    )
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.step(
+        [r.kv_bytes_per_token for r in front],
+        [r.ppl_ratio for r in front],
+        where="post",
+        color="grey",
+        linestyle="--",
+        linewidth=1,
+        label="Pareto front",
+        zorder=2,
+    )
+    _points(ax, rows, lambda r: r.ppl_ratio)
+    _bytes_axis(ax, rows, full_bytes)
+    _labels(ax, rows, lambda r: r.ppl_ratio)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
+
+
+def draw_recall(rows: list[RatioRow]):
+    """Chapter 7: the retrieval probe's recall against KV bytes per token (log), the full cache's a line."""
+    rows = _check_rows(rows)
+    full_bytes = full_cache_bytes(rows)
+    fig, ax = axes(
+        "What a smaller cache costs: recall of the register's facts",
+        "KV bytes per token (log scale)",
+        "probe recall (late queries answered)",
+        logx=True,
+        size=FIGURE_SIZE,
+    )
+    full = [r for r in rows if r.method == "full cache"]
+    if full:
+        ax.axhline(full[0].probe_recall, color="black", linewidth=0.8)
+    _points(ax, rows, lambda r: r.probe_recall)
+    _bytes_axis(ax, rows, full_bytes)
+    ax.set_ylim(-0.05, 1.1)
+    _labels(ax, rows, lambda r: r.probe_recall)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
