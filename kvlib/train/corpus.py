@@ -22,6 +22,7 @@ for copying (an induction head: find the earlier ``KEY``, copy the token after i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import torch
 
@@ -70,16 +71,33 @@ class CorpusConfig:
     probe_from: int = 384  # queries starting at or after this position are the probe
 
     def __post_init__(self):
-        if not isinstance(self.seq_len, int) or self.seq_len < 3 * self.num_facts + 16:
-            raise KVLibError(f"seq_len must leave room after {self.num_facts} facts, not {self.seq_len!r}")
-        if not 1 <= self.num_facts <= NUM_KEYS:
-            raise KVLibError(f"num_facts must be 1 .. {NUM_KEYS}, not {self.num_facts!r}")
+        for name in ("seq_len", "num_facts", "num_topic_nouns", "probe_from"):
+            value = getattr(self, name)
+            if not _is_int(value):
+                raise KVLibError(f"CorpusConfig.{name} must be an integer, not {value!r}")
+        if not 1 <= self.num_facts <= NUM_KEYS:  # keys are distinct: at most NUM_KEYS facts
+            raise KVLibError(f"CorpusConfig.num_facts must be 1 .. {NUM_KEYS}, not {self.num_facts!r}")
+        if self.seq_len < 3 * self.num_facts + 16:  # the register, then room for a sentence or two
+            raise KVLibError(
+                f"CorpusConfig.seq_len must be at least {3 * self.num_facts + 16} (room after "
+                f"{self.num_facts} facts), not {self.seq_len!r}"
+            )
         if not 1 <= self.num_topic_nouns <= len(NOUNS):
-            raise KVLibError(f"num_topic_nouns must be 1 .. {len(NOUNS)}, not {self.num_topic_nouns!r}")
-        if not 0.0 <= self.query_rate <= 1.0:
-            raise KVLibError(f"query_rate must be in [0, 1], not {self.query_rate!r}")
+            raise KVLibError(
+                f"CorpusConfig.num_topic_nouns must be 1 .. {len(NOUNS)}, not {self.num_topic_nouns!r}"
+            )
+        rate = self.query_rate
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0.0 <= rate <= 1.0:  # nan fails
+            raise KVLibError(f"CorpusConfig.query_rate must be a number in [0, 1], not {rate!r}")
         if not 0 <= self.probe_from < self.seq_len:
-            raise KVLibError(f"probe_from must be in [0, seq_len), not {self.probe_from!r}")
+            raise KVLibError(
+                f"CorpusConfig.probe_from must be in [0, seq_len = {self.seq_len}), not {self.probe_from!r}"
+            )
+
+
+def _is_int(value) -> bool:
+    """An int and not a bool (``True`` is an int to Python, never a count here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -133,14 +151,22 @@ def document(gen: torch.Generator, config: CorpusConfig) -> tuple[list[int], lis
 
 
 def documents(num_docs: int, seed: int, config: CorpusConfig | None = None) -> Documents:
-    """``num_docs`` documents drawn from ``seed`` (the same seed always gives the same batch)."""
-    config = config or CorpusConfig()
-    if not isinstance(num_docs, int) or num_docs < 1:
+    """``num_docs`` documents drawn from ``seed`` (the same seed always gives the same batch).
+
+    ``seed`` is any integer in [0, 2**63); training draws step ``s`` from ``data_seed * 2**20 + s``
+    and validation from :data:`~kvlib.train.trainer.VALIDATION_SEED` on.
+    """
+    config = CorpusConfig() if config is None else config
+    if not isinstance(config, CorpusConfig):
+        raise KVLibError(f"config must be a CorpusConfig, not {type(config).__name__}")
+    if not _is_int(num_docs) or num_docs < 1:
         raise KVLibError(f"num_docs must be a positive integer, not {num_docs!r}")
+    if not _is_int(seed) or not 0 <= seed < 2**63:
+        raise KVLibError(f"seed must be an integer in [0, 2**63), not {seed!r}")
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.empty(num_docs, config.seq_len, dtype=torch.int64)  # (batch, seq_len)
-    answer_mask = torch.zeros(num_docs, config.seq_len, dtype=torch.bool)
-    probe_mask = torch.zeros(num_docs, config.seq_len, dtype=torch.bool)
+    answer_mask = torch.zeros(num_docs, config.seq_len, dtype=torch.bool)  # (batch, seq_len)
+    probe_mask = torch.zeros(num_docs, config.seq_len, dtype=torch.bool)  # (batch, seq_len)
     for i in range(num_docs):
         ids, answers, probes = document(gen, config)
         tokens[i] = torch.tensor(ids)
@@ -150,5 +176,23 @@ def documents(num_docs: int, seed: int, config: CorpusConfig | None = None) -> D
 
 
 def decode(ids) -> str:
-    """Token ids as the words they stand for, separated by spaces (to show a document)."""
-    return " ".join(VOCAB[int(i)] for i in ids)
+    """Token ids as the words they stand for, separated by spaces (to show a document).
+
+    ``ids`` is any sequence of integers (a list, a 1-D tensor); an id outside the corpus's
+    vocabulary (``0 .. len(VOCAB) - 1``; the model's embedding table is larger) is refused
+    rather than shown as another token (a negative index would wrap around).
+    """
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() > 1:
+            raise KVLibError(f"decode takes one sequence of ids, not a tensor of shape {tuple(ids.shape)}")
+        if ids.is_floating_point() or ids.is_complex():
+            raise KVLibError(f"decode takes integer ids, not a {ids.dtype} tensor")
+        ids = ids.reshape(-1).tolist()  # a 0-d tensor is one id
+    if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+        raise KVLibError(f"decode takes a sequence of token ids, not {type(ids).__name__}")
+    words = []
+    for i in ids:
+        if not isinstance(i, Integral) or isinstance(i, bool) or not 0 <= i < len(VOCAB):
+            raise KVLibError(f"token id {i!r} is not in the corpus's vocabulary (0 .. {len(VOCAB) - 1})")
+        words.append(VOCAB[int(i)])
+    return " ".join(words)

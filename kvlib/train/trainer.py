@@ -62,18 +62,34 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("num_steps", "batch_size", "warmup_steps"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise KVLibError(f"TrainConfig.{name} must be a positive integer, not {value!r}")
         for name in ("peak_lr", "grad_clip"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            if not _is_number(value) or value <= 0:
                 raise KVLibError(f"TrainConfig.{name} must be a positive number, not {value!r}")
-        if not 0 <= self.min_lr_ratio <= 1 or not 0 <= self.weight_decay < 1:
-            raise KVLibError("TrainConfig.min_lr_ratio must be in [0, 1] and weight_decay in [0, 1)")
-        if not isinstance(self.data_seed, int) or not 0 <= self.data_seed < 2**19:
+        if not _is_number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
+            raise KVLibError(
+                f"TrainConfig.min_lr_ratio must be a number in [0, 1], not {self.min_lr_ratio!r}"
+            )
+        if not _is_number(self.weight_decay) or not 0 <= self.weight_decay < 1:
+            raise KVLibError(
+                f"TrainConfig.weight_decay must be a number in [0, 1), not {self.weight_decay!r}"
+            )
+        if not _is_int(self.data_seed) or not 0 <= self.data_seed < 2**19:
             raise KVLibError(
                 f"TrainConfig.data_seed must be an integer in [0, 2**19), not {self.data_seed!r}"
             )
+
+
+def _is_int(value) -> bool:
+    """An int and not a bool (``True`` is an int to Python, never a count here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    """A finite int or float that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -93,19 +109,34 @@ class WholeSequence:
     """
 
     def __init__(self, batch_size: int, seq_len: int):
+        for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+            if not _is_int(value) or value < 1:
+                raise KVLibError(f"WholeSequence {name} must be a positive integer, not {value!r}")
         self.positions = torch.arange(seq_len).expand(batch_size, seq_len)  # (batch, seq_len)
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Positions of a whole sequence of ``num_new`` tokens, (batch, num_new)."""
+        if not 1 <= num_new <= self.positions.shape[1]:
+            raise KVLibError(f"a WholeSequence of {self.positions.shape[1]} tokens cannot take {num_new}")
         return self.positions[:, :num_new]
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal attention of q (batch, heads, seq, head_dim) over k, v (batch, kv_heads, seq, head_dim)."""
+        if k.shape[2] != q.shape[2]:  # is_causal aligns the first query with the first key
+            raise KVLibError(
+                f"WholeSequence attends a sequence to itself: {q.shape[2]} queries, {k.shape[2]} keys"
+            )
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
-    """Linear warm-up to ``peak_lr``, then cosine decay to ``peak_lr * min_lr_ratio`` at the last step."""
+    """Linear warm-up to ``peak_lr``, then cosine decay to ``peak_lr * min_lr_ratio`` at the last step.
+
+    ``step`` counts from 0 to ``config.num_steps - 1``; past the end the cosine would climb
+    again, so a step outside the schedule is refused.
+    """
+    if not _is_int(step) or not 0 <= step < config.num_steps:
+        raise KVLibError(f"step must be an integer in [0, {config.num_steps}), not {step!r}")
     warm = min(1.0, (step + 1) / config.warmup_steps)
     cosine = 0.5 * (1 + math.cos(math.pi * step / max(1, config.num_steps - 1)))
     return config.peak_lr * warm * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
@@ -123,13 +154,18 @@ def train(
     config: TrainConfig | None = None,
     corpus: CorpusConfig | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    stop_after: int | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place on the corpus; ``on_step(step, loss)`` is called after every step."""
+    """Train ``model`` in place on the corpus; ``on_step(step, loss)`` is called after every step.
+
+    ``stop_after`` runs only the first steps of ``config``'s schedule, at the learning rates of
+    the whole run (a test retrains the first steps of the shipped model's run this way). The
+    model is left in eval mode with its lean pass's fused weights dropped (rebuilt on first use),
+    also when a step fails. A loss that is not finite stops the run with a
+    :class:`~kvlib.KVLibError` rather than training on.
+    """
     config, corpus = config or TrainConfig(), corpus or CorpusConfig()
-    if corpus.seq_len > model.config.max_seq_len:
-        raise KVLibError(
-            f"documents of {corpus.seq_len} tokens exceed the model's {model.config.max_seq_len}"
-        )
+    num_steps = _check_train_args(model, config, corpus, stop_after)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]  # matrices decay; norm scales do not
     rest = [p for p in params if p.dim() < 2]
@@ -138,20 +174,49 @@ def train(
         lr=config.peak_lr,
         betas=(0.9, 0.95),
     )
-    model.train()
     losses, start = [], time.perf_counter()
-    for step in range(config.num_steps):
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step, config)
-        batch = documents(config.batch_size, config.data_seed * 2**20 + step, corpus)
-        loss = next_token_loss(model, batch.tokens)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-        opt.step()
-        losses.append(loss.item())
-        if on_step is not None:
-            on_step(step, losses[-1])
-    model.eval()
-    model.fused.clear()  # the lean pass fuses the trained weights afresh
+    model.train()
+    try:
+        for step in range(num_steps):
+            for group in opt.param_groups:
+                group["lr"] = learning_rate(step, config)
+            batch = documents(config.batch_size, config.data_seed * 2**20 + step, corpus)
+            loss = next_token_loss(model, batch.tokens)
+            if not torch.isfinite(loss):
+                raise KVLibError(f"training diverged at step {step}: the loss is {loss.item()}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+            opt.step()
+            losses.append(loss.item())
+            if on_step is not None:
+                on_step(step, losses[-1])
+    finally:
+        model.eval()
+        model.fused.clear()  # the lean pass fuses the trained weights afresh
     return TrainResult(tuple(losses), time.perf_counter() - start, torch.get_num_threads())
+
+
+def _check_train_args(model, config, corpus, stop_after) -> int:
+    """The number of steps :func:`train` runs, after checking its arguments (one-line errors)."""
+    if not isinstance(model, TinyLlama):
+        raise KVLibError(f"model must be a kvlib TinyLlama, not {type(model).__name__}")
+    if not isinstance(config, TrainConfig) or not isinstance(corpus, CorpusConfig):
+        raise KVLibError("config must be a TrainConfig and corpus a CorpusConfig")
+    if corpus.seq_len > model.config.max_seq_len:
+        raise KVLibError(
+            f"documents of {corpus.seq_len} tokens exceed the model's {model.config.max_seq_len}"
+        )
+    if model.config.vocab_size < len(VOCAB):
+        raise KVLibError(
+            f"the model's {model.config.vocab_size} embeddings miss corpus tokens ({len(VOCAB)})"
+        )
+    if not any(p.requires_grad for p in model.parameters()):
+        raise KVLibError(
+            "the model has no trainable parameter (load_model freezes them: requires_grad_(True))"
+        )
+    if stop_after is None:
+        return config.num_steps
+    if not _is_int(stop_after) or not 1 <= stop_after <= config.num_steps:
+        raise KVLibError(f"stop_after must be an integer in [1, {config.num_steps}], not {stop_after!r}")
+    return stop_after

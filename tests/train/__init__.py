@@ -1,0 +1,1 @@
+"""Tests of kvlib.train (chapter 7: the corpus, the trainer, the shipped weights)."""
