@@ -153,16 +153,18 @@ def document(gen: torch.Generator, config: CorpusConfig) -> tuple[list[int], lis
 def documents(num_docs: int, seed: int, config: CorpusConfig | None = None) -> Documents:
     """``num_docs`` documents drawn from ``seed`` (the same seed always gives the same batch).
 
-    ``seed`` is any integer in [0, 2**63); training draws step ``s`` from ``data_seed * 2**20 + s``
-    and validation from :data:`~kvlib.train.trainer.VALIDATION_SEED` on.
+    ``seed`` is an integer in [0, 2**32): torch's CPU generator keeps only a seed's low 32 bits,
+    so seeds 2**32 apart would draw the same documents (a validation seed of 2**40 would be the
+    training seed 0). Training draws step ``s`` from ``data_seed * 2**20 + s``, the validation
+    documents from :data:`~kvlib.train.trainer.VALIDATION_SEED`.
     """
     config = CorpusConfig() if config is None else config
     if not isinstance(config, CorpusConfig):
         raise KVLibError(f"config must be a CorpusConfig, not {type(config).__name__}")
     if not _is_int(num_docs) or num_docs < 1:
         raise KVLibError(f"num_docs must be a positive integer, not {num_docs!r}")
-    if not _is_int(seed) or not 0 <= seed < 2**63:
-        raise KVLibError(f"seed must be an integer in [0, 2**63), not {seed!r}")
+    if not _is_int(seed) or not 0 <= seed < 2**32:  # torch.Generator drops the higher bits
+        raise KVLibError(f"seed must be an integer in [0, 2**32), not {seed!r}")
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.empty(num_docs, config.seq_len, dtype=torch.int64)  # (batch, seq_len)
     answer_mask = torch.zeros(num_docs, config.seq_len, dtype=torch.bool)  # (batch, seq_len)

@@ -43,7 +43,12 @@ QUALITY_MODEL = ModelConfig(
     seed=1,
 )
 assert QUALITY_MODEL.vocab_size >= len(VOCAB), "the model must have an embedding for every corpus token"
-VALIDATION_SEED = 2**40  # documents from here on are never trained on
+# Seeds of the documents (kvlib.train.corpus.documents takes [0, 2**32): torch's CPU generator keeps a
+# seed's low 32 bits). Training step s of data_seed d draws seed d * 2**20 + s with s < 2**20 and
+# d < 2**11, all below 2**31; the validation documents are drawn from 2**31, a seed no run trains on.
+MAX_STEPS = 2**20  # steps of one run: step s's seed must not reach the next data_seed's
+MAX_DATA_SEED = 2**11  # data_seed * 2**20 + step stays below VALIDATION_SEED
+VALIDATION_SEED = 2**31  # the documents chapter 7 scores every lever on, never trained on
 
 
 @dataclass(frozen=True)
@@ -57,13 +62,15 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # the cosine decays to peak_lr * min_lr_ratio at the last step
     weight_decay: float = 0.1  # AdamW's decoupled weight decay
     grad_clip: float = 1.0  # largest gradient norm
-    data_seed: int = 0  # step s trains on documents(batch_size, data_seed * 2**20 + s)
+    data_seed: int = 0  # step s trains on documents(batch_size, data_seed * 2**20 + s); < 2**11
 
     def __post_init__(self):
         for name in ("num_steps", "batch_size", "warmup_steps"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise KVLibError(f"TrainConfig.{name} must be a positive integer, not {value!r}")
+        if self.num_steps > MAX_STEPS:
+            raise KVLibError(f"TrainConfig.num_steps must be at most 2**20, not {self.num_steps!r}")
         for name in ("peak_lr", "grad_clip"):
             value = getattr(self, name)
             if not _is_number(value) or value <= 0:
@@ -76,9 +83,9 @@ class TrainConfig:
             raise KVLibError(
                 f"TrainConfig.weight_decay must be a number in [0, 1), not {self.weight_decay!r}"
             )
-        if not _is_int(self.data_seed) or not 0 <= self.data_seed < 2**19:
+        if not _is_int(self.data_seed) or not 0 <= self.data_seed < MAX_DATA_SEED:
             raise KVLibError(
-                f"TrainConfig.data_seed must be an integer in [0, 2**19), not {self.data_seed!r}"
+                f"TrainConfig.data_seed must be an integer in [0, {MAX_DATA_SEED}), not {self.data_seed!r}"
             )
 
 
@@ -178,8 +185,9 @@ def train(
     model.train()
     try:
         for step in range(num_steps):
+            lr = learning_rate(step, config)
             for group in opt.param_groups:
-                group["lr"] = learning_rate(step, config)
+                group["lr"] = lr
             batch = documents(config.batch_size, config.data_seed * 2**20 + step, corpus)
             loss = next_token_loss(model, batch.tokens)
             if not torch.isfinite(loss):

@@ -90,6 +90,12 @@ def test_the_same_seed_gives_the_same_documents_and_another_seed_others():
     assert not torch.equal(a.tokens[0], a.tokens[1])
 
 
+def test_seeds_use_all_32_bits():
+    # torch's CPU generator keeps a seed's low 32 bits: seeds below 2**32 are the only distinct ones.
+    assert not torch.equal(documents(1, 2**31, SHORT).tokens, documents(1, 0, SHORT).tokens)
+    assert not torch.equal(documents(1, 2**32 - 1, SHORT).tokens, documents(1, 2**31 - 1, SHORT).tokens)
+
+
 def test_shapes_and_dtypes_of_the_default_documents():
     docs = documents(2, 0)
     assert docs.tokens.shape == docs.answer_mask.shape == docs.probe_mask.shape == (2, 512)
@@ -169,8 +175,9 @@ def test_bad_corpus_configs_are_one_line_errors(fields, message):
         ((0, 1), "num_docs must be a positive integer, not 0"),
         ((True, 1), "num_docs must be a positive integer, not True"),
         ((1.5, 1), "num_docs must be a positive integer"),
-        ((1, -1), "seed must be an integer in [0, 2**63), not -1"),
-        ((1, 2**63), "seed must be an integer in [0, 2**63)"),
+        ((1, -1), "seed must be an integer in [0, 2**32), not -1"),
+        ((1, 2**32), "seed must be an integer in [0, 2**32)"),  # torch would draw seed 0's documents
+        ((1, 2**40), "seed must be an integer in [0, 2**32)"),
         ((1, 1.0), "seed must be an integer"),
         ((1, 1, {"seq_len": 64}), "config must be a CorpusConfig, not dict"),
     ],
