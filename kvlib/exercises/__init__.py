@@ -1,4 +1,4 @@
-"""Checks for the exercises at the end of every chapter (0 to 5).
+"""Checks for the exercises at the end of every chapter (0 to 5, and 7).
 
 Each chapter has a module ``kvlib.exercises.chN`` with, for exercise ``N.k``:
 
