@@ -22,7 +22,7 @@ def row(method, setting, kv_bytes, ppl_ratio, recall=0.9):
 
 ROWS = [
     row("full cache", "fp16", FULL, 1.0, 0.95),
-    row("int8", "group 16", 1152.0, 1.001),  # 2 x (16 + 4) bytes x 32 heads and layers
+    row("int8", "group 16", 1280.0, 1.001),  # 2 x (16 + 4) bytes x 32 heads and layers
     row("int4", "group 16", 768.0, 1.02),  # 2 x (8 + 4) x 32
     row("int4", "group 8", 1024.0, 1.01),  # 2 x (8 + 2 x 4) x 32
     row("kivi2", "group 16, residual 128", 400.0, 1.3),
@@ -60,9 +60,9 @@ def test_pareto_front_is_the_staircase_through_the_undominated_rows():
     (step,) = [line for line in fig.axes[0].lines if line.get_label() == "Pareto front"]
     # by hand, in bytes order: MQA kept (256, 3.0) has the fewest bytes; kivi2 (400, 1.3); at 512 the
     # uptrained GQA-2 (1.1) beats the other four; then int4 g16 (768, 1.02), int4 g8 (1024, 1.01),
-    # int8 (1152, 1.001) and the full cache (2048, 1.0), each better than everything smaller
+    # int8 (1280, 1.001) and the full cache (2048, 1.0), each better than everything smaller
     xs, ys = step.get_data()
-    assert list(xs) == [256.0, 400.0, 512.0, 768.0, 1024.0, 1152.0, 2048.0]
+    assert list(xs) == [256.0, 400.0, 512.0, 768.0, 1024.0, 1280.0, 2048.0]
     assert list(ys) == [3.0, 1.3, 1.1, 1.02, 1.01, 1.001, 1.0]
     assert step.get_drawstyle() == "steps-post"
     plt.close(fig)
@@ -115,7 +115,13 @@ def test_points_at_equal_bytes_get_labels_apart():
         ([{"method": "int8"}], "must hold RatioRow"),
         ([row("int3", "group 16", 800.0, 1.0)], "unknown method 'int3'"),
         ([RatioRow("int8", "group 16", 0.0, 0.0, 1.0, 0.9, 0.9)], "kv_bytes_per_token must be a positive"),
-        ([ROWS[0], RatioRow("int8", "group 16", 1152.0, 1.0, 1.0, 0.9, 0.9)], "disagree on the full cache"),
+        ([RatioRow("int8", "group 16", True, 1.0, 1.0, 0.9, 0.9)], "kv_bytes_per_token must be a positive"),
+        (
+            [RatioRow("int8", "group 16", 1280.0, 0.625, float("nan"), 0.9, 0.9)],
+            "ppl_ratio must be a positive",
+        ),
+        ([RatioRow("int8", "group 16", 1280.0, 0.625, 1.0, 90.0, 0.9)], "probe_recall must be a number in"),
+        ([ROWS[0], RatioRow("int8", "group 16", 1280.0, 1.0, 1.0, 0.9, 0.9)], "disagree on the full cache"),
     ],
 )
 def test_bad_rows_are_refused_in_one_line(draw, rows, message):

@@ -18,6 +18,7 @@ label such as "int4 g8", "kivi2", "GQA-2 up" or "h2o 128".
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 from matplotlib.ticker import NullFormatter
@@ -60,13 +61,24 @@ def _check_rows(rows, what: str = "rows") -> list[RatioRow]:
             raise KVLibError(f"{what} must hold RatioRow, not {type(r).__name__}")
         if r.method not in SERIES:
             raise KVLibError(f"unknown method {r.method!r}; the chapter's figures draw {', '.join(SERIES)}")
-        for field in ("kv_bytes_per_token", "kv_fraction"):
+        for field in ("kv_bytes_per_token", "kv_fraction", "ppl_ratio"):
             value = getattr(r, field)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise KVLibError(
-                    f"{r.method} at {r.setting!r}: {field} must be a positive number, not {value!r}"
-                )
+            _check_number(r, field, _is_real(value) and value > 0, "a positive number")
+        recall = r.probe_recall
+        _check_number(r, "probe_recall", _is_real(recall) and 0 <= recall <= 1, "a number in [0, 1]")
     return rows
+
+
+def _is_real(value) -> bool:
+    """A finite real number, not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_number(row: RatioRow, field: str, ok: bool, what: str) -> None:
+    """A one-line KVLibError naming ``row`` and ``field`` unless ``ok``."""
+    if not ok:
+        value = getattr(row, field)
+        raise KVLibError(f"{row.method} at {row.setting!r}: {field} must be {what}, not {value!r}")
 
 
 def full_cache_bytes(rows: list[RatioRow]) -> float:
