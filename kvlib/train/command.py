@@ -18,6 +18,7 @@ every 100 steps; the summary (steps, seconds, threads, last loss, checksum) to s
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,27 +28,28 @@ from kvlib import KVLibError
 from kvlib.model.head_pooling import pool_kv_heads
 from kvlib.model.llama import TinyLlama
 from kvlib.train.checkpoint import load_model, save_model
-from kvlib.train.trainer import QUALITY_MODEL, TrainConfig, train
+from kvlib.train.trainer import MAX_DATA_SEED, MAX_STEPS, QUALITY_MODEL, TrainConfig, train
 
 UPTRAIN_FRACTION = 0.05  # the GQA paper uptrains for 5 % of the pre-training steps
 UPTRAIN_DATA_SEED = 1  # uptraining's documents are not the pre-training ones
 
 
 def run_train(args) -> int:
-    """The handler of ``train``: build or convert the model, train it, save it, print a summary."""
-    if (args.uptrain is None) != (args.num_kv_heads is None):
-        raise KVLibError("--uptrain and --num-kv-heads go together")
-    if not str(args.out).endswith(".safetensors"):
-        raise KVLibError(f"--out must name a .safetensors file, not {args.out!r}")
+    """The handler of ``train``: build or convert the model, train it, save it, print a summary.
+
+    Every flag is checked before the model is built, so that a mistake costs no training time.
+    """
+    check_train_args(args)
     base_steps = TrainConfig.num_steps
     if args.uptrain is None:
         model = TinyLlama(QUALITY_MODEL)
-        steps, data_seed, peak = args.steps or base_steps, args.data_seed or 0, TrainConfig.peak_lr
+        steps = base_steps if args.steps is None else args.steps
+        data_seed, peak = (0 if args.data_seed is None else args.data_seed), TrainConfig.peak_lr
         origin = {"from": "seeded initial weights", "seed": QUALITY_MODEL.seed}
     else:
         model = pool_kv_heads(load_model(Path(args.uptrain)), args.num_kv_heads, args.pool)
         model.requires_grad_(True)
-        steps = args.steps or round(UPTRAIN_FRACTION * base_steps)
+        steps = round(UPTRAIN_FRACTION * base_steps) if args.steps is None else args.steps
         data_seed = UPTRAIN_DATA_SEED if args.data_seed is None else args.data_seed
         peak = TrainConfig.peak_lr * TrainConfig.min_lr_ratio  # where pre-training's schedule ended
         origin = {"from": Path(args.uptrain).name, "pool": args.pool, "num_kv_heads": args.num_kv_heads}
@@ -79,3 +81,35 @@ def run_train(args) -> int:
     info["sha256"] = save_model(model, Path(args.out), info)
     print(json.dumps(info, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in info.items()))
     return 0
+
+
+def check_train_args(args) -> None:
+    """One-line :class:`~kvlib.KVLibError` naming the flag, for each flag that cannot work.
+
+    ``--steps``, ``--batch-size``: positive; ``--data-seed``: in [0, 2**11) (the seeds of
+    :mod:`kvlib.train.trainer`); ``--uptrain`` and ``--num-kv-heads`` together, ``--pool keep``
+    only with them; ``--out``: a ``.safetensors`` path that is not a directory, in a folder that
+    can be written.
+    """
+    if (args.uptrain is None) != (args.num_kv_heads is None):
+        raise KVLibError("--uptrain and --num-kv-heads go together")
+    if args.uptrain is None and args.pool != "mean":
+        raise KVLibError("--pool applies to --uptrain only")
+    if args.num_kv_heads is not None and args.num_kv_heads < 1:
+        raise KVLibError(f"--num-kv-heads must be a positive integer, not {args.num_kv_heads}")
+    if args.steps is not None and not 1 <= args.steps <= MAX_STEPS:
+        raise KVLibError(f"--steps must be from 1 to 2**20, not {args.steps}")
+    if args.batch_size < 1:
+        raise KVLibError(f"--batch-size must be a positive integer, not {args.batch_size}")
+    if args.data_seed is not None and not 0 <= args.data_seed < MAX_DATA_SEED:
+        raise KVLibError(f"--data-seed must be from 0 to {MAX_DATA_SEED - 1}, not {args.data_seed}")
+    out = Path(args.out)
+    if out.suffix != ".safetensors" or out.name == ".safetensors":
+        raise KVLibError(f"--out must name a .safetensors file, not {args.out!r}")
+    if out.is_dir():
+        raise KVLibError(f"--out {args.out} is a directory")
+    folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise KVLibError(f"--out {args.out}: cannot write in {folder}")
+    if args.uptrain is not None and not Path(args.uptrain).is_file():
+        raise KVLibError(f"--uptrain: no model file at {args.uptrain}")
