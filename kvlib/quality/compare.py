@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvlib import KVLibError
 from kvlib.cache.evicting import EvictingKVCache
 from kvlib.cache.eviction import eviction_policy
 from kvlib.cache.quantized import QuantizedKVCache
@@ -52,8 +53,22 @@ def fp16_bytes_per_token(model: TinyLlama) -> int:
     return 2 * c.num_layers * c.num_kv_heads * c.head_dim * FP16_BYTES
 
 
+def _check_model_and_documents(model: TinyLlama, docs: Documents) -> None:
+    """One-line :class:`~kvlib.KVLibError` unless ``model`` can read ``docs`` (every lever checks this)."""
+    if not isinstance(model, TinyLlama):
+        raise KVLibError(f"model must be a kvlib TinyLlama, not {type(model).__name__}")
+    if not isinstance(docs, Documents):
+        raise KVLibError(f"docs must be kvlib.train.corpus.Documents, not {type(docs).__name__}")
+    seq, c = docs.tokens.shape[1], model.config
+    if seq > c.max_seq_len:
+        raise KVLibError(f"documents of {seq} tokens exceed the model's context of {c.max_seq_len}")
+    if int(docs.tokens.max()) >= c.vocab_size or int(docs.tokens.min()) < 0:
+        raise KVLibError(f"token ids must be in [0, {c.vocab_size}), the model's vocabulary")
+
+
 def full_cache(model: TinyLlama, docs: Documents) -> tuple[LeverResult, torch.Tensor]:
     """The reference: the whole document in one pass; returns the result and its logits."""
+    _check_model_and_documents(model, docs)
     with torch.inference_mode():
         logits = model(docs.tokens)  # (batch, seq, vocab)
     result = LeverResult(
@@ -72,6 +87,9 @@ def quantized(
     step_len: int = 32,
 ) -> LeverResult:
     """The model through a :class:`QuantizedKVCache` in format ``name`` (see :func:`kv_quant_format`)."""
+    _check_model_and_documents(model, docs)
+    if not isinstance(step_len, int) or isinstance(step_len, bool) or step_len < 1:
+        raise KVLibError(f"step_len must be a positive integer, not {step_len!r}")
     fmt = kv_quant_format(name, group_size, residual_length)
     batch, seq = docs.tokens.shape
     cache = QuantizedKVCache(model.config, batch, seq, fmt)
@@ -88,6 +106,7 @@ def fewer_heads(
     model: TinyLlama, docs: Documents, reference: torch.Tensor, label: str, num_kv_heads=None, method="mean"
 ) -> LeverResult:
     """``model`` pooled to ``num_kv_heads`` K/V heads by ``method`` (None: ``model`` as it is)."""
+    _check_model_and_documents(model, docs)
     converted = model if num_kv_heads is None else pool_kv_heads(model, num_kv_heads, method)
     with torch.inference_mode():
         logits = converted(docs.tokens)
@@ -101,6 +120,7 @@ def evicted(
     model: TinyLlama, docs: Documents, reference: torch.Tensor, policy: str, budget: int
 ) -> LeverResult:
     """The model through an :class:`EvictingKVCache` keeping ``budget`` tokens by ``policy``."""
+    _check_model_and_documents(model, docs)
     batch, seq = docs.tokens.shape
     cache = EvictingKVCache(model.config, batch, eviction_policy(policy, budget), max_len=seq)
     logits = logits_in_steps(model, docs.tokens, cache, min(budget, seq), 1)
