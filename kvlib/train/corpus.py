@@ -44,6 +44,7 @@ VERBS = tuple("sees finds likes follows helps meets watches hears carries paints
 PREPOSITIONS = tuple("near under behind beside above with".split())
 NUM_KEYS = 48  # key tokens K00 .. K47
 NUM_VALUES = 48  # value tokens V00 .. V47
+MAX_SEQ_LEN = 2**16  # longest document (a typo of 10**9 tokens would fill memory); the model reads 512
 
 
 def vocabulary() -> tuple[str, ...]:
@@ -77,6 +78,8 @@ class CorpusConfig:
                 raise KVLibError(f"CorpusConfig.{name} must be an integer, not {value!r}")
         if not 1 <= self.num_facts <= NUM_KEYS:  # keys are distinct: at most NUM_KEYS facts
             raise KVLibError(f"CorpusConfig.num_facts must be 1 .. {NUM_KEYS}, not {self.num_facts!r}")
+        if self.seq_len > MAX_SEQ_LEN:
+            raise KVLibError(f"CorpusConfig.seq_len must be at most {MAX_SEQ_LEN:,}, not {self.seq_len:,}")
         if self.seq_len < 3 * self.num_facts + 16:  # the register, then room for a sentence or two
             raise KVLibError(
                 f"CorpusConfig.seq_len must be at least {3 * self.num_facts + 16} (room after "

@@ -115,11 +115,12 @@ class WholeSequence:
     tokens alone, by PyTorch's fused kernel; nothing is stored.
     """
 
-    def __init__(self, batch_size: int, seq_len: int):
+    def __init__(self, batch_size: int, seq_len: int, device=None):
         for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
             if not _is_int(value) or value < 1:
                 raise KVLibError(f"WholeSequence {name} must be a positive integer, not {value!r}")
-        self.positions = torch.arange(seq_len).expand(batch_size, seq_len)  # (batch, seq_len)
+        # (batch, seq_len), on the tokens' device (the rotary table is looked up there)
+        self.positions = torch.arange(seq_len, device=device).expand(batch_size, seq_len)
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Positions of a whole sequence of ``num_new`` tokens, (batch, num_new)."""
@@ -142,6 +143,8 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     ``step`` counts from 0 to ``config.num_steps - 1``; past the end the cosine would climb
     again, so a step outside the schedule is refused.
     """
+    if not isinstance(config, TrainConfig):
+        raise KVLibError(f"config must be a TrainConfig, not {type(config).__name__}")
     if not _is_int(step) or not 0 <= step < config.num_steps:
         raise KVLibError(f"step must be an integer in [0, {config.num_steps}), not {step!r}")
     warm = min(1.0, (step + 1) / config.warmup_steps)
@@ -152,7 +155,8 @@ def learning_rate(step: int, config: TrainConfig) -> float:
 def next_token_loss(model: TinyLlama, tokens: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1] (batch, seq), a scalar."""
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (batch, seq - 1) each
-    logits = model.reference_forward(inputs, WholeSequence(*inputs.shape))  # (batch, seq - 1, vocab)
+    whole = WholeSequence(*inputs.shape, device=inputs.device)
+    logits = model.reference_forward(inputs, whole)  # (batch, seq - 1, vocab)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -172,7 +176,7 @@ def train(
     :class:`~kvlib.KVLibError` rather than training on.
     """
     config, corpus = config or TrainConfig(), corpus or CorpusConfig()
-    num_steps = _check_train_args(model, config, corpus, stop_after)
+    num_steps = _check_train_args(model, config, corpus, on_step, stop_after)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]  # matrices decay; norm scales do not
     rest = [p for p in params if p.dim() < 2]
@@ -181,6 +185,7 @@ def train(
         lr=config.peak_lr,
         betas=(0.9, 0.95),
     )
+    device = model.embed_tokens.weight.device
     losses, start = [], time.perf_counter()
     model.train()
     try:
@@ -189,7 +194,7 @@ def train(
             for group in opt.param_groups:
                 group["lr"] = lr
             batch = documents(config.batch_size, config.data_seed * 2**20 + step, corpus)
-            loss = next_token_loss(model, batch.tokens)
+            loss = next_token_loss(model, batch.tokens.to(device))  # drawn on the CPU, the same everywhere
             if not torch.isfinite(loss):
                 raise KVLibError(f"training diverged at step {step}: the loss is {loss.item()}")
             opt.zero_grad(set_to_none=True)
@@ -205,12 +210,14 @@ def train(
     return TrainResult(tuple(losses), time.perf_counter() - start, torch.get_num_threads())
 
 
-def _check_train_args(model, config, corpus, stop_after) -> int:
+def _check_train_args(model, config, corpus, on_step, stop_after) -> int:
     """The number of steps :func:`train` runs, after checking its arguments (one-line errors)."""
     if not isinstance(model, TinyLlama):
         raise KVLibError(f"model must be a kvlib TinyLlama, not {type(model).__name__}")
     if not isinstance(config, TrainConfig) or not isinstance(corpus, CorpusConfig):
         raise KVLibError("config must be a TrainConfig and corpus a CorpusConfig")
+    if on_step is not None and not callable(on_step):
+        raise KVLibError(f"on_step must be callable (step, loss), not {on_step!r}")
     if corpus.seq_len > model.config.max_seq_len:
         raise KVLibError(
             f"documents of {corpus.seq_len} tokens exceed the model's {model.config.max_seq_len}"

@@ -216,6 +216,10 @@ def test_bad_train_arguments_are_one_line_errors():
         train(small_vocab, config, SHORT)
     with pytest.raises(KVLibError, match="no trainable parameter"):
         train(TinyLlama(QUALITY_MODEL).requires_grad_(False), config, SHORT)
+    with pytest.raises(KVLibError, match="on_step must be callable"):
+        train(model, config, SHORT, on_step="print")
+    with pytest.raises(KVLibError, match="config must be a TrainConfig, not dict"):
+        learning_rate(0, {"num_steps": 4})
 
 
 def test_a_diverging_run_stops_with_an_error_and_leaves_eval_mode():
