@@ -175,7 +175,8 @@ def train(
     also when a step fails. A loss that is not finite stops the run with a
     :class:`~kvlib.KVLibError` rather than training on.
     """
-    config, corpus = config or TrainConfig(), corpus or CorpusConfig()
+    config = TrainConfig() if config is None else config
+    corpus = CorpusConfig() if corpus is None else corpus
     num_steps = _check_train_args(model, config, corpus, on_step, stop_after)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]  # matrices decay; norm scales do not
