@@ -68,6 +68,14 @@ def test_pareto_front_is_the_staircase_through_the_undominated_rows():
     plt.close(fig)
 
 
+def test_a_log_ratio_axis_reads_plain_numbers():
+    fig = draw_pareto(ROWS, logy=True)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and scatter_points(ax) == 11 and len(ax.texts) == 12
+    assert ax.yaxis.get_major_formatter()(1.5, 0) == "1.5"
+    plt.close(fig)
+
+
 def test_a_given_front_is_drawn_as_given():
     fig = draw_pareto(ROWS, front=[ROWS[4], ROWS[0]])
     (step,) = [line for line in fig.axes[0].lines if line.get_label() == "Pareto front"]

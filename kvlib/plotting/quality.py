@@ -21,7 +21,7 @@ import math
 import numbers
 import re
 
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from kvlib import KVLibError
 from kvlib.plotting.common import axes
@@ -146,22 +146,18 @@ def _labels(ax, rows: list[RatioRow], value) -> None:
     Call it once the limits are final: distances are reckoned in points from them.
     """
     (xmin, xmax), (ymin, ymax) = ax.get_xlim(), ax.get_ylim()
+    if ax.get_yscale() == "log":
+        along_y, low = (lambda r: math.log(value(r))), math.log(ymin)
+        span = math.log(ymax / ymin)
+    else:
+        along_y, low, span = value, ymin, ymax - ymin
     box = ax.get_position()  # the axes' share of the figure
     x_pt = box.width * ax.figure.get_figwidth() * 72 / math.log(xmax / xmin)  # points per e-fold of x
-    y_pt = box.height * ax.figure.get_figheight() * 72 / (ymax - ymin)  # points per unit of y
-    columns: list[list[RatioRow]] = []  # points whose labels would overlap side by side
-    for r in sorted(rows, key=lambda r: r.kv_bytes_per_token):
-        if (
-            columns
-            and math.log(r.kv_bytes_per_token / columns[-1][0].kv_bytes_per_token) * x_pt < LABEL_WIDTH_PT
-        ):
-            columns[-1].append(r)
-        else:
-            columns.append([r])
-    for column in columns:
+    y_pt = box.height * ax.figure.get_figheight() * 72 / span  # points per unit along y (linear or log)
+    for column in _columns(rows, x_pt):
         top = -math.inf  # the highest label placed so far in this column, in points
         for r in sorted(column, key=value):
-            at = (value(r) - ymin) * y_pt
+            at = (along_y(r) - low) * y_pt
             placed = max(at, top + LABEL_GAP_PT)
             top = placed
             ax.annotate(
@@ -171,6 +167,18 @@ def _labels(ax, rows: list[RatioRow], value) -> None:
                 textcoords="offset points",
                 fontsize=6,
             )
+
+
+def _columns(rows: list[RatioRow], x_pt: float) -> list[list[RatioRow]]:
+    """Rows in bytes order, in runs whose labels would overlap side by side (x_pt: points per e-fold)."""
+    columns: list[list[RatioRow]] = []
+    for r in sorted(rows, key=lambda r: r.kv_bytes_per_token):
+        first = columns[-1][0].kv_bytes_per_token if columns else None
+        if first and math.log(r.kv_bytes_per_token / first) * x_pt < LABEL_WIDTH_PT:
+            columns[-1].append(r)
+        else:
+            columns.append([r])
+    return columns
 
 
 def _bytes_axis(ax, rows: list[RatioRow], full_bytes: float) -> None:
@@ -193,11 +201,13 @@ def _bytes_axis(ax, rows: list[RatioRow], full_bytes: float) -> None:
     )
 
 
-def draw_pareto(rows: list[RatioRow], front: list[RatioRow] | None = None):
+def draw_pareto(rows: list[RatioRow], front: list[RatioRow] | None = None, logy: bool = False):
     """Chapter 7: perplexity ratio against KV bytes per token (log), every setting, the Pareto front stepped.
 
     ``front`` defaults to :func:`~kvlib.quality.tradeoffs.pareto_front` of ``rows``: the lowest
-    ratio reached with at most a given number of bytes is the staircase through it.
+    ratio reached with at most a given number of bytes is the staircase through it. ``logy``
+    puts the ratio on a log scale too, for when a setting (an MQA not uptrained) lies so far
+    above the rest that a linear scale would crush the others onto the line at 1.
     """
     rows = _check_rows(rows)
     front = pareto_front(rows) if front is None else _check_rows(front, "front")
@@ -210,6 +220,10 @@ def draw_pareto(rows: list[RatioRow], front: list[RatioRow] | None = None):
         logx=True,
         size=FIGURE_SIZE,
     )
+    if logy:
+        ax.set_yscale("log")
+        for axis_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))  # 1.5, not 1.5 x 10^0
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.step(
         [r.kv_bytes_per_token for r in front],
