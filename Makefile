@@ -16,7 +16,7 @@ ASSETS := node_modules/.kvbook-installed
 NOTEBOOKS = $$($(PY) -m tests.toc)
 BUILD_FLAGS = -W -n --keep-going
 
-.PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust
+.PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust weights
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 12) else "kvbook needs Python 3.10-3.12, but $(PYTHON) is %d.%d (set PYTHON=python3.11)" % v)'
@@ -94,6 +94,15 @@ bench: $(STAMP)
 #   make execute NB="book/01_no_cache.ipynb"     (default: every notebook in _toc.yml)
 execute: $(STAMP)
 	$(PY) -m tests.nbtools execute $(or $(NB),$(NOTEBOOKS))
+
+# Retrain chapter 7's shipped models (about 20 minutes on 2 cores; the files are committed):
+# the multi-head model from its seed, then GQA-4, GQA-2 and MQA by mean-pooling and 5% uptraining.
+WEIGHTS := kvlib/train/weights
+weights: $(STAMP)
+	$(PY) -m kvlib train --out $(WEIGHTS)/mha.safetensors
+	for g in 4 2 1; do \
+	  $(PY) -m kvlib train --uptrain $(WEIGHTS)/mha.safetensors --num-kv-heads $$g --out $(WEIGHTS)/kv$$g.safetensors || exit 1; \
+	done
 
 clean:
 	rm -rf _build test-artifacts

@@ -153,7 +153,7 @@ def _add_train_command(sub) -> None:
     """``train``: chapter 7's model from its seed, or an uptrained pooled copy (kvlib/train/command.py)."""
     p = sub.add_parser("train", help="train chapter 7's model (or uptrain a pooled copy) into a file")
     p.add_argument("--out", required=True, help="where to write the .safetensors file (and its .sha256)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 1800, uptraining 5%%)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 2000, uptraining 5%%)")
     p.add_argument("--batch-size", type=int, default=8, help="documents per step")
     p.add_argument("--data-seed", type=int, default=None, help="seed of the documents (default 0; uptrain 1)")
     p.add_argument("--uptrain", metavar="FILE", help="start from this model, converted to --num-kv-heads")

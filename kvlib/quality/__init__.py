@@ -19,7 +19,7 @@ from kvlib.quality.compare import (
     quantized,
 )
 from kvlib.quality.score import Quality, logits_in_steps, score_logits
-from kvlib.quality.tradeoffs import RatioRow, pareto_front, ratio_rows, sweep
+from kvlib.quality.tradeoffs import RatioRow, lever_sweep, pareto_front, ratio_rows
 
 __all__ = [
     "LeverResult",
@@ -34,5 +34,5 @@ __all__ = [
     "quantized",
     "ratio_rows",
     "score_logits",
-    "sweep",
+    "lever_sweep",
 ]

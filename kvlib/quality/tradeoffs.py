@@ -1,6 +1,6 @@
 """Chapter 7's sweep: every lossy lever on the trained model, one table, one Pareto front, ``bench``.
 
-:func:`sweep` runs :mod:`kvlib.quality.compare` over the settings below on the validation
+:func:`lever_sweep` runs :mod:`kvlib.quality.compare` over the settings below on the validation
 documents and returns one :class:`~kvlib.quality.compare.LeverResult` per setting, the full
 cache first. :func:`ratio_rows` turns them into the practitioner's table (KV bytes per token and
 their fraction of the full cache, perplexity ratio, probe recall, greedy agreement), and
@@ -61,7 +61,7 @@ def eval_documents(num_docs: int = NUM_EVAL_DOCS) -> Documents:
     return documents(num_docs, VALIDATION_SEED)
 
 
-def sweep(
+def lever_sweep(
     model: TinyLlama, docs: Documents, budgets=BUDGETS, quant_settings=QUANT_SETTINGS
 ) -> list[LeverResult]:
     """Every setting of every lever on ``docs``, the full cache first."""
@@ -122,7 +122,7 @@ def find(rows: list[RatioRow], method: str, setting: str) -> RatioRow:
 
 def bench() -> dict:
     """Issue 14's ratios against the full-precision full cache, on the shipped weights."""
-    rows = ratio_rows(sweep(base_model(), eval_documents(), budgets=(QUARTER_BUDGET,)))
+    rows = ratio_rows(lever_sweep(base_model(), eval_documents(), budgets=(QUARTER_BUDGET,)))
     at_quarter = f"budget {QUARTER_BUDGET}"
     return {
         "kv_int8_ppl_ratio": find(rows, "int8", "group 16").ppl_ratio,

@@ -36,7 +36,12 @@ def is_key(token: int) -> bool:
 
 
 def is_value(token: int) -> bool:
-    return FIRST_VALUE <= token < FIRST_VALUE + NUM_VALUES
+    return FIRST_VALUE <= token < FIRST_VALUE + NUM_KEYS * NUM_VALUES  # 8 values for each of the 8 keys
+
+
+def value_type(token: int) -> int:
+    """The key whose values include ``token``: V30 .. V37 belong to K3."""
+    return (token - FIRST_VALUE) // NUM_VALUES
 
 
 def register_of(ids: list[int], num_facts: int) -> dict[int, int]:
@@ -45,6 +50,7 @@ def register_of(ids: list[int], num_facts: int) -> dict[int, int]:
     facts = [ids[1 + 3 * i : 4 + 3 * i] for i in range(num_facts)]
     for key, value, end in facts:
         assert is_key(key) and is_value(value) and end == END_FACT, decode(ids[: 1 + 3 * num_facts])
+        assert value_type(value) == key - FIRST_KEY, decode([key, value])  # each key takes its own values
     register = {key: value for key, value, _ in facts}
     assert len(register) == num_facts, "the register's keys must be distinct"
     return register
@@ -62,8 +68,17 @@ def check_document(ids: list[int], answers: set[int], probes: set[int], config: 
     # Conversely, every "?" whose value lies inside the document marks an answer two tokens on.
     queries = [p for p in range(text_start, config.seq_len) if ids[p] == QUERY]
     assert answers == {p + 2 for p in queries if p + 2 < config.seq_len}
-    # The probe: the answers whose query starts at or after probe_from.
-    assert probes == {p for p in answers if p - 2 >= config.probe_from}
+    # Before probe_from only the register's first half is asked, from probe_from on only its second
+    # half (when it has one); the probe is the first query about each late key.
+    order = [ids[1 + 3 * i] for i in range(config.num_facts)]
+    num_early = config.num_facts - config.num_facts // 2
+    early, late = set(order[:num_early]), set(order[num_early:]) or set(order[:num_early])
+    first_late = {}
+    for p in sorted(answers):
+        assert ids[p - 1] in (late if p - 2 >= config.probe_from else early), (p, decode(ids[p - 2 : p + 1]))
+        if p - 2 >= config.probe_from:
+            first_late.setdefault(ids[p - 1], p)
+    assert probes == set(first_late.values())
     # Keys and values appear only in the register and in queries; "?" and ";" nowhere else.
     in_queries = {p + k for p in queries for k in (0, 1, 2)}
     for p in range(text_start, config.seq_len):
@@ -147,8 +162,8 @@ def test_structure_holds_for_other_configs(
         ({"seq_len": 512.0}, "seq_len must be an integer, not 512.0"),
         ({"seq_len": 39}, "seq_len must be at least 40"),  # 3 x 8 facts + 16
         ({"seq_len": 10**9}, "seq_len must be at most 65,536, not 1,000,000,000"),  # not 8 GB of zeros
-        ({"num_facts": 0}, "num_facts must be 1 .. 48, not 0"),
-        ({"num_facts": NUM_KEYS + 1}, "num_facts must be 1 .. 48, not 49"),
+        ({"num_facts": 0}, "num_facts must be 1 .. 8, not 0"),
+        ({"num_facts": NUM_KEYS + 1}, "num_facts must be 1 .. 8, not 9"),
         ({"num_facts": 2.0}, "num_facts must be an integer"),
         ({"num_facts": False}, "num_facts must be an integer, not False"),
         ({"num_topic_nouns": 0}, "num_topic_nouns must be 1 .. 44"),
@@ -190,8 +205,8 @@ def test_bad_documents_arguments_are_one_line_errors(args, message):
 
 
 def test_decode_names_each_token():
-    ids = [BOS, FIRST_KEY + 3, FIRST_VALUE + 47, END_FACT]
-    assert decode(ids) == "<bos> K03 V47 ;"
+    ids = [BOS, FIRST_KEY + 3, FIRST_VALUE + 63, END_FACT]
+    assert decode(ids) == "<bos> K3 V77 ;"
     assert decode(torch.tensor(ids)) == decode(ids) and decode(torch.tensor(BOS)) == "<bos>"
     assert len(decode(documents(1, 0, SHORT).tokens[0]).split()) == 96
 
@@ -199,8 +214,8 @@ def test_decode_names_each_token():
 @pytest.mark.parametrize(
     "ids, message",
     [
-        ([-1], "token id -1 is not in the corpus's vocabulary (0 .. 183)"),  # would wrap to V47
-        ([len(VOCAB)], "token id 184 is not in"),  # the model's padded embeddings end at 191
+        ([-1], "token id -1 is not in the corpus's vocabulary (0 .. 159)"),  # would wrap to V77
+        ([len(VOCAB)], "token id 160 is not in"),  # the model's padded embeddings end at 191
         ([1.0], "token id 1.0 is not in"),
         (torch.zeros(2, 2, dtype=torch.long), "one sequence of ids"),
         (torch.zeros(2), "integer ids, not a torch.float32 tensor"),

@@ -29,17 +29,17 @@ SHIPPED = WEIGHTS_DIR / "mha.safetensors"
 
 
 def test_learning_rate_of_the_default_schedule_by_hand():
-    config = TrainConfig()  # peak 3e-3, 100 warm-up steps, 1800 steps, down to 0.1 x peak
+    config = TrainConfig()  # peak 3e-3, 100 warm-up steps, 2000 steps, down to 0.1 x peak
     # step 0: warm-up 1/100 of the peak, cosine factor 0.5 (1 + cos 0) = 1
     assert learning_rate(0, config) == pytest.approx(3e-3 * (1 / 100) * (0.1 + 0.9 * 1.0), rel=1e-12)
     assert learning_rate(0, config) == pytest.approx(3e-5, rel=1e-12)
-    # step 99 ends the warm-up (100 / 100); the cosine has gone 99 / 1799 of its half period:
-    # cos(pi x 0.05503) = 0.98509, so 0.5 (1 + 0.98509) = 0.99255 and 3e-3 (0.1 + 0.9 x 0.99255) = 2.9799e-3
-    assert learning_rate(99, config) == pytest.approx(2.9799e-3, abs=1e-7)
-    # step 98 is still warming up: 99 / 100 of the peak, cos(pi x 98 / 1799) = 0.98539 -> 0.99270
-    assert learning_rate(98, config) == pytest.approx(3e-3 * (99 / 100) * (0.1 + 0.9 * 0.99270), rel=1e-5)
-    # the last step, 1799: cos(pi) = -1, the cosine factor is 0 and the rate is 0.1 x the peak
-    assert learning_rate(1799, config) == pytest.approx(3e-4, rel=1e-12)
+    # step 99 ends the warm-up (100 / 100); the cosine has gone 99 / 1999 of its half period:
+    # cos(pi x 0.04952) = 0.98792, so 0.5 (1 + 0.98792) = 0.99396 and 3e-3 (0.1 + 0.9 x 0.99396) = 2.9837e-3
+    assert learning_rate(99, config) == pytest.approx(2.9837e-3, abs=1e-7)
+    # step 98 is still warming up: 99 / 100 of the peak, cos(pi x 98 / 1999) = 0.98816 -> 0.99408
+    assert learning_rate(98, config) == pytest.approx(3e-3 * (99 / 100) * (0.1 + 0.9 * 0.99408), rel=1e-5)
+    # the last step, 1999: cos(pi) = -1, the cosine factor is 0 and the rate is 0.1 x the peak
+    assert learning_rate(1999, config) == pytest.approx(3e-4, rel=1e-12)
 
 
 def test_learning_rate_of_a_short_schedule_by_hand():
@@ -51,10 +51,10 @@ def test_learning_rate_of_a_short_schedule_by_hand():
     assert learning_rate(0, one_step) == 2.0  # a one-step run trains at the peak
 
 
-@pytest.mark.parametrize("step", [-1, 1800, True, 1.0])
+@pytest.mark.parametrize("step", [-1, 2000, True, 1.0])
 def test_a_step_outside_the_schedule_is_refused(step):
     # past the last step the cosine would climb back towards the peak: a silently wrong rate
-    with pytest.raises(KVLibError, match=r"step must be an integer in \[0, 1800\)"):
+    with pytest.raises(KVLibError, match=r"step must be an integer in \[0, 2000\)"):
         learning_rate(step, TrainConfig())
 
 
@@ -180,7 +180,7 @@ def test_two_seeded_runs_give_the_same_losses_and_weights():
 )
 def test_retraining_reproduces_the_shipped_models_first_losses():
     info = model_info(SHIPPED)
-    assert (info["num_steps"], info["batch_size"], info["data_seed"]) == (1800, 8, 0), info
+    assert (info["num_steps"], info["batch_size"], info["data_seed"]) == (2000, 8, 0), info
     stored = info["first_losses"]
     assert len(stored) == 5
     losses = train(TinyLlama(QUALITY_MODEL), TrainConfig(), stop_after=5).losses
