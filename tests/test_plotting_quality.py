@@ -47,7 +47,7 @@ def test_pareto_draws_a_point_and_a_label_per_row_and_one_series_per_family_memb
     assert len(ax.collections) == 9
     labels = [t.get_text() for t in ax.texts]
     assert len(labels) == 11 + 1  # a label per point and the full cache's bytes at the top
-    assert "full cache: 2,048 B" in labels
+    assert "full cache: 2,048 B per token" in labels
     assert {"int4 g8", "int4 g16", "int8", "kivi2", "GQA-2 up", "GQA-2 mean", "MQA kept", "h2o 128"} <= set(
         labels
     )
@@ -72,7 +72,14 @@ def test_a_log_ratio_axis_reads_plain_numbers():
     fig = draw_pareto(ROWS, logy=True)
     ax = fig.axes[0]
     assert ax.get_yscale() == "log" and scatter_points(ax) == 11 and len(ax.texts) == 12
-    assert ax.yaxis.get_major_formatter()(1.5, 0) == "1.5"
+    assert [ax.yaxis.get_minor_formatter()(v, 0) for v in (2, 3, 4, 5, 0.3, 20)] == [
+        "2",
+        "3",
+        "",
+        "5",
+        "0.3",
+        "20",
+    ]
     plt.close(fig)
 
 
@@ -111,6 +118,19 @@ def test_points_at_equal_bytes_get_labels_apart():
                        row("sinks", "budget 128", 512.0, 1.2)])  # fmt: skip
     offsets = sorted(t.xyann[1] for t in fig.axes[0].texts if t.get_text() in ("window 128", "sinks 128"))
     assert offsets[1] - offsets[0] >= 7  # stacked, not drawn over each other
+    plt.close(fig)
+
+
+def test_a_stack_of_labels_at_the_top_stays_inside_the_axes():
+    """Six settings at recall 1.0 and nearly equal bytes: the stack moves down rather than over the title."""
+    top = [row("full cache", "fp16", FULL, 1.0, 1.0)] + [
+        row("int4", f"group {g}", 768.0 + g, 1.0, 1.0) for g in (1, 2, 4, 8, 16, 32)
+    ]
+    fig = draw_recall(top)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    axes_top = ax.get_window_extent().y1
+    assert all(t.get_window_extent().y1 <= axes_top + 1 for t in ax.texts)
     plt.close(fig)
 
 

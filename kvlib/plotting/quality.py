@@ -17,6 +17,7 @@ label such as "int4 g8", "kivi2", "GQA-2 up" or "h2o 128".
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import re
@@ -122,6 +123,12 @@ def _numbers(setting: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", setting))
 
 
+def _ratio_tick(value: float, _pos=None) -> str:
+    """A log axis's ratio ticks as plain numbers (0.5, 2, 30), only for 1, 2, 3 and 5 of each decade."""
+    leading = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0
+    return f"{value:g}" if any(math.isclose(leading, d) for d in (1, 2, 3, 5)) else ""
+
+
 def _points(ax, rows: list[RatioRow], value) -> None:
     """One scatter per legend entry (a family's colour, a method's marker)."""
     by_series: dict[str, list[RatioRow]] = {}
@@ -154,16 +161,17 @@ def _labels(ax, rows: list[RatioRow], value) -> None:
     box = ax.get_position()  # the axes' share of the figure
     x_pt = box.width * ax.figure.get_figwidth() * 72 / math.log(xmax / xmin)  # points per e-fold of x
     y_pt = box.height * ax.figure.get_figheight() * 72 / span  # points per unit along y (linear or log)
+    height = box.height * ax.figure.get_figheight() * 72  # the axes' height in points
     for column in _columns(rows, x_pt):
-        top = -math.inf  # the highest label placed so far in this column, in points
-        for r in sorted(column, key=value):
-            at = (along_y(r) - low) * y_pt
-            placed = max(at, top + LABEL_GAP_PT)
-            top = placed
+        column = sorted(column, key=value)
+        at = [(along_y(r) - low) * y_pt for r in column]  # each point's height in points
+        placed = list(itertools.accumulate(at, lambda below, here: max(here, below + LABEL_GAP_PT)))
+        overflow = max(0.0, placed[-1] - (height - LABEL_GAP_PT))  # a stack that would leave the axes
+        for r, point, label in zip(column, at, placed, strict=True):
             ax.annotate(
                 point_label(r, rows),
                 (r.kv_bytes_per_token, value(r)),
-                xytext=(4, placed - at - 2),
+                xytext=(4, label - overflow - point - 2),
                 textcoords="offset points",
                 fontsize=6,
             )
@@ -190,13 +198,14 @@ def _bytes_axis(ax, rows: list[RatioRow], full_bytes: float) -> None:
     ax.set_xlim(low / 1.25, full_bytes * 1.6)
     ax.axvline(full_bytes, color="black", linestyle=":", linewidth=1)
     ax.annotate(
-        f"full cache: {full_bytes:,.0f} B",
-        (full_bytes, 1),
-        xycoords=ax.get_xaxis_transform(),  # x in data, y in axes fractions: the top edge
-        xytext=(-3, -3),
+        f"full cache: {full_bytes:,.0f} B per token",
+        (full_bytes, 0.5),
+        xycoords=ax.get_xaxis_transform(),  # x in data, y in axes fractions: half way up
+        xytext=(-3, 0),
         textcoords="offset points",
+        rotation=90,
         ha="right",
-        va="top",
+        va="center",
         fontsize=7,
     )
 
@@ -222,8 +231,8 @@ def draw_pareto(rows: list[RatioRow], front: list[RatioRow] | None = None, logy:
     )
     if logy:
         ax.set_yscale("log")
-        for axis_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-            axis_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))  # 1.5, not 1.5 x 10^0
+        ax.yaxis.set_major_formatter(FuncFormatter(_ratio_tick))
+        ax.yaxis.set_minor_formatter(FuncFormatter(_ratio_tick))
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.step(
         [r.kv_bytes_per_token for r in front],
