@@ -18,7 +18,7 @@ from kvlib.train.checkpoint import WEIGHTS_DIR, load_model
 from kvlib.train.corpus import Documents, documents
 from kvlib.train.trainer import VALIDATION_SEED
 
-NUM_EVAL_DOCS = 32  # validation documents (32 x 512 tokens; about 150 late queries)
+NUM_EVAL_DOCS = 64  # validation documents (64 x 512 tokens; 243 late queries)
 BUDGETS = (64, 128, 256)  # eviction budgets in tokens; 128 is a quarter of the 512-token document
 QUARTER_BUDGET = 128  # the budget bench reports: a quarter of the full cache's tokens
 # (format, group size, residual length): per-token int8/int4/int2 and fp8 over one head's 16 values,
