@@ -96,12 +96,15 @@ execute: $(STAMP)
 	$(PY) -m tests.nbtools execute $(or $(NB),$(NOTEBOOKS))
 
 # Retrain chapter 7's shipped models (about 20 minutes on 2 cores; the files are committed):
-# the multi-head model from its seed, then GQA-4, GQA-2 and MQA by mean-pooling and 5% uptraining.
+# the multi-head model from its seed, then GQA-4, GQA-2 and MQA by mean-pooling or keeping one head
+# per group, each uptrained for 5% of the steps.
 WEIGHTS := kvlib/train/weights
 weights: $(STAMP)
 	$(PY) -m kvlib train --out $(WEIGHTS)/mha.safetensors
 	for g in 4 2 1; do \
 	  $(PY) -m kvlib train --uptrain $(WEIGHTS)/mha.safetensors --num-kv-heads $$g --out $(WEIGHTS)/kv$$g.safetensors || exit 1; \
+	  $(PY) -m kvlib train --uptrain $(WEIGHTS)/mha.safetensors --num-kv-heads $$g --pool keep \
+	    --out $(WEIGHTS)/kv$${g}_kept.safetensors || exit 1; \
 	done
 
 clean:

@@ -103,6 +103,7 @@ def test_recall_draws_every_row_against_bytes_with_the_full_caches_recall_as_a_l
 def test_labels_name_each_setting_compactly():
     assert point_label(row("mean-pooled + uptrained", "1 KV heads", 256.0, 1.2), ROWS) == "MQA up"
     assert point_label(row("one head kept", "4 KV heads", 1024.0, 1.2), ROWS) == "GQA-4 kept"
+    assert point_label(row("one head kept + uptrained", "2 KV heads", 512.0, 1.2), ROWS) == "GQA-2 kept up"
     assert point_label(row("sinks", "budget 64", 256.0, 1.2), ROWS) == "sinks 64"
     # one KIVI residual among the rows: no r; two: both named
     kivi = [

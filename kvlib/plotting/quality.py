@@ -39,6 +39,7 @@ SERIES = {
     "kivi2": ("quantized, KIVI", "tab:blue", "D"),
     "mean-pooled": ("fewer KV heads, mean-pooled", "tab:green", "v"),
     "one head kept": ("fewer KV heads, one kept", "tab:olive", "<"),
+    "one head kept + uptrained": ("fewer KV heads, kept + uptrained", "tab:olive", ">"),
     "mean-pooled + uptrained": ("fewer KV heads, uptrained", "tab:green", "^"),
     "window": ("eviction, sliding window", "tab:red", "s"),
     "sinks": ("eviction, StreamingLLM (sinks)", "tab:orange", "P"),
@@ -47,7 +48,12 @@ SERIES = {
 LABEL_GAP_PT = 7  # least vertical distance between two stacked labels
 LABEL_WIDTH_PT = 40  # points closer than this along x have their labels stacked
 FIGURE_SIZE = (8.6, 4.6)  # inches: the axes and, on the right, the legend
-HEAD_SUFFIX = {"mean-pooled": "mean", "one head kept": "kept", "mean-pooled + uptrained": "up"}
+HEAD_SUFFIX = {
+    "mean-pooled": "mean",
+    "one head kept": "kept",
+    "mean-pooled + uptrained": "up",
+    "one head kept + uptrained": "kept up",
+}
 
 
 def _check_rows(rows, what: str = "rows") -> list[RatioRow]:

@@ -70,7 +70,7 @@ def _check_model_and_documents(model: TinyLlama, docs: Documents) -> None:
 def whole_pass(model: TinyLlama, tokens: torch.Tensor) -> torch.Tensor:
     """Logits (batch, seq, vocab) of whole documents in one pass, by PyTorch's fused causal attention.
 
-    The same logits as ``model(tokens)`` up to float rounding, five times faster at 64 x 512
+    The same logits as ``model(tokens)`` up to float rounding, five times faster at 32 x 512
     tokens than the explicit softmax of :func:`~kvlib.model.attention.grouped_attention`, whose
     (batch, heads, seq, seq) scores dominate a whole-document pass.
     """

@@ -18,7 +18,7 @@ from kvlib.train.checkpoint import WEIGHTS_DIR, load_model
 from kvlib.train.corpus import Documents, documents
 from kvlib.train.trainer import VALIDATION_SEED
 
-NUM_EVAL_DOCS = 64  # validation documents (64 x 512 tokens; 243 late queries)
+NUM_EVAL_DOCS = 32  # validation documents (32 x 512 tokens; 122 late queries)
 BUDGETS = (64, 128, 256)  # eviction budgets in tokens; 128 is a quarter of the 512-token document
 QUARTER_BUDGET = 128  # the budget bench reports: a quarter of the full cache's tokens
 # (format, group size, residual length): per-token int8/int4/int2 and fp8 over one head's 16 values,
@@ -34,7 +34,9 @@ QUANT_SETTINGS = (
     ("kivi2", 16, 128),
 )
 POOLED_HEADS = (4, 2, 1)  # K/V heads after conversion: GQA-4, GQA-2 (4x fewer), MQA
-UPTRAINED_FILES = {4: "kv4.safetensors", 2: "kv2.safetensors", 1: "kv1.safetensors"}  # in WEIGHTS_DIR
+# the uptrained conversions in WEIGHTS_DIR, by K/V heads: mean-pooled, and one head kept per group
+UPTRAINED_FILES = {4: "kv4.safetensors", 2: "kv2.safetensors", 1: "kv1.safetensors"}
+KEPT_UPTRAINED_FILES = {4: "kv4_kept.safetensors", 2: "kv2_kept.safetensors", 1: "kv1_kept.safetensors"}
 BASE_FILE = "mha.safetensors"  # the trained multi-head model, in WEIGHTS_DIR
 
 
@@ -74,6 +76,8 @@ def lever_sweep(
         results.append(fewer_heads(model, docs, reference, "one head kept", heads, "keep"))
         uptrained = load_model(WEIGHTS_DIR / UPTRAINED_FILES[heads])
         results.append(fewer_heads(uptrained, docs, reference, "mean-pooled + uptrained"))
+        kept_uptrained = load_model(WEIGHTS_DIR / KEPT_UPTRAINED_FILES[heads])
+        results.append(fewer_heads(kept_uptrained, docs, reference, "one head kept + uptrained"))
     for budget in budgets:
         for policy in ("window", "sinks", "h2o"):
             results.append(evicted(model, docs, reference, policy, budget))
