@@ -8,7 +8,9 @@ pins them, ``package-lock.json`` locks them, ``make assets`` fetches them with
 kvbook_sphinx/assets.py); this extension copies the files the pages use into
 ``_static/offline/`` of the HTML output, and fails the build with a one-line fix when they
 are missing or when a configured script is not local. It also drops the duplicate inline
-script Jupyter Book registers on every page (:func:`drop_duplicate_scripts`).
+script Jupyter Book registers on every page (:func:`drop_duplicate_scripts`), and lets
+``make test`` render the committed, executed notebooks without running them a second time
+(:func:`execution_from_environment`).
 
 _config.yml points ``mathjax_path`` and ``nb_ipywidgets_js`` at ``offline/...``, paths
 relative to ``_static/``. The browser tests (tests/browser/) check that no page requests
@@ -18,6 +20,7 @@ anything from outside the book.
 from __future__ import annotations
 
 import filecmp
+import os
 import shutil
 from pathlib import Path
 
@@ -125,8 +128,31 @@ def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, contex
     context["script_files"] = list(unique.values())
 
 
+EXECUTION_ENV = "KVBOOK_NB_EXECUTION"  # overrides _config.yml's execute_notebooks for one build
+EXECUTION_MODES = ("force", "off")
+
+
+def execution_from_environment(app: Sphinx, config) -> None:
+    """Take myst-nb's execution mode from ``KVBOOK_NB_EXECUTION`` when it is set ("force" or "off").
+
+    ``make book`` executes every notebook (``_config.yml``: force). ``make test`` runs nbval
+    first, which executes every notebook afresh and compares each checked output with the
+    committed one; its build then renders those committed outputs (``off``) instead of
+    executing the notebooks a second time, which halved the build's time.
+    """
+    mode = os.environ.get(EXECUTION_ENV, "")
+    if not mode:
+        return
+    if mode not in EXECUTION_MODES:
+        raise ExtensionError(
+            f"kvbook: {EXECUTION_ENV} must be one of {', '.join(EXECUTION_MODES)}, not {mode!r}"
+        )
+    config.nb_execution_mode = mode
+
+
 def setup(app: Sphinx) -> dict:
     """Sphinx's entry point: connect the checks, the copy and the script filter to the build."""
+    app.connect("config-inited", execution_from_environment)
     app.connect("builder-inited", check_assets)
     app.connect("build-finished", copy_assets)
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)  # after the others added theirs

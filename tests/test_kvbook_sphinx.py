@@ -76,3 +76,24 @@ def test_identical_inline_scripts_are_kept_once():
         ("a.js", None),
         (None, "let other = 1"),
     ]
+
+
+@pytest.mark.parametrize("mode", ["force", "off"])
+def test_the_environment_sets_the_execution_mode(monkeypatch, mode):
+    config = SimpleNamespace(nb_execution_mode="force" if mode == "off" else "off")
+    monkeypatch.setenv(kvbook_sphinx.EXECUTION_ENV, mode)
+    kvbook_sphinx.execution_from_environment(None, config)
+    assert config.nb_execution_mode == mode
+
+
+def test_without_the_environment_the_config_decides(monkeypatch):
+    config = SimpleNamespace(nb_execution_mode="force")
+    monkeypatch.delenv(kvbook_sphinx.EXECUTION_ENV, raising=False)
+    kvbook_sphinx.execution_from_environment(None, config)
+    assert config.nb_execution_mode == "force"
+
+
+def test_an_unknown_execution_mode_stops_the_build(monkeypatch):
+    monkeypatch.setenv(kvbook_sphinx.EXECUTION_ENV, "cache")
+    with pytest.raises(ExtensionError, match="KVBOOK_NB_EXECUTION must be one of force, off, not 'cache'"):
+        kvbook_sphinx.execution_from_environment(None, SimpleNamespace(nb_execution_mode="force"))

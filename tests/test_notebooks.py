@@ -84,6 +84,13 @@ def test_checker_catches_stored_errors(tmp_path):
     assert "ValueError" in " ".join(hygiene_problems(_notebook(tmp_path, [_cell("raise", 1, [error])])))
 
 
+def test_checker_catches_stderr_output(tmp_path):
+    # make test's build renders the stored outputs, so a stored warning must fail here instead
+    warning = {"output_type": "stream", "name": "stderr", "text": "UserWarning: slow path\n"}
+    problems = hygiene_problems(_notebook(tmp_path, [_cell("import warnings", 1, [warning])]))
+    assert problems == ["code cell 0 writes to stderr: 'UserWarning: slow path'"]
+
+
 @pytest.mark.parametrize(
     "text",
     [
