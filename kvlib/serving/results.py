@@ -118,6 +118,27 @@ class RunResult:
             np.mean([(s.finish_s - s.request.arrival_s) / s.request.output_len for s in self.finished])
         )
 
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """(requests,) time to first token of each finished request, by id: its first output token's
+        time minus its arrival (seconds). A preempted request keeps the time of its first token."""
+        return np.array([_time_of(s, "first_token_s") - s.request.arrival_s for s in self.finished])
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """(requests,) time per output token after the first, by id: (last token - first token) /
+        (output tokens - 1), vLLM's TPOT, the mean gap between a request's tokens (its inter-token
+        latency; the steps' own gaps are not recorded). NaN for a request of one output token,
+        which has no gap."""
+        return np.array(
+            [
+                (_time_of(s, "finish_s") - _time_of(s, "first_token_s")) / (s.request.output_len - 1)
+                if s.request.output_len > 1
+                else np.nan
+                for s in self.finished
+            ]
+        )
+
     def retimed(self, step_model: StepTimeModel) -> RunResult:
         """The same steps timed by another step-time model (see :meth:`with_durations`)."""
         steps = self.steps
@@ -161,6 +182,14 @@ class RunResult:
             self.num_preemptions,
             self.preempted_generated,
         )
+
+
+def _time_of(seq: SeqState, name: str) -> float:
+    """``seq``'s ``first_token_s`` or ``finish_s``, refusing a request that never produced it."""
+    value = getattr(seq, name)
+    if value is None:
+        raise KVLibError(f"request {seq.seq_id} has no {name}: latencies need finished requests")
+    return float(value)
 
 
 def result_from(scheduler: Scheduler, policy: str, durations: list[float]) -> RunResult:
