@@ -6,7 +6,9 @@ The simulator (:func:`kvlib.serving.simulator.simulate`) and the real engine
 requests, and one array per field of :class:`~kvlib.serving.types.StepRecord` (plus each
 step's duration), from which it computes the chapter's numbers: the share of the KV budget
 in each category of :data:`~kvlib.serving.types.CATEGORIES`, the batch, throughput and
-latency, and the same steps retimed by another step-time model.
+latency (the paper's normalised latency, and each request's time to first token and time per
+output token, which :mod:`kvlib.serving.latency` summarises), and the same steps retimed by
+another step-time model.
 """
 
 from __future__ import annotations
