@@ -29,15 +29,19 @@ by :mod:`kvlib.paged.usage`. The vocabulary follows vLLM: ``block_size``, ``num_
   until it is evicted, least recently freed first.
 - Running out of blocks is normal: ``can_allocate`` / ``can_append`` answer first, and
   ``allocate`` / ``append_slot`` return ``None`` instead of failing.
+- Rollback (chapter 8, speculative decoding): ``append_slot(seq_id, speculative=True)`` slots
+  a draft token, ``accept(seq_id, n)`` keeps the first ``n`` and releases the rest, and
+  ``truncate`` releases any tail. Only full, computed blocks without a draft token get a
+  published hash: a block filled by rejected draft tokens is never found by the prefix cache.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvlib import KVLibError
+from kvlib.paged.block_arguments import as_index, check_seq_id, checked_token_ids
 from kvlib.paged.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
 from kvlib.units import ceil_div
 
@@ -57,6 +61,7 @@ class SequenceBlocks:
     num_tokens: int  # tokens with a slot: token_ids[:num_tokens]
     block_hashes: list[str] = field(default_factory=list)  # of its first full, computed blocks
     num_computed: int = 0  # tokens whose K/V have been written
+    num_speculative: int = 0  # newest tokens with a slot that are draft tokens, not verified yet
 
 
 @dataclass(frozen=True)
@@ -129,10 +134,14 @@ class BlockManager:
         """Tokens of the sequence whose K/V are written."""
         return self._get(seq_id).num_computed
 
+    def num_speculative(self, seq_id: int) -> int:
+        """Draft tokens at the end of the sequence that have a slot but are not verified yet."""
+        return self._get(seq_id).num_speculative
+
     def slot(self, seq_id: int, position: int) -> int:
         """Index of the slot holding token ``position`` of a sequence, counted over the whole pool."""
         seq = self._get(seq_id)
-        position = _index(position, "a token position")
+        position = as_index(position, "a token position")
         if not 0 <= position < seq.num_tokens:
             raise KVLibError(f"position {position} is outside sequence {seq_id} of {seq.num_tokens} tokens")
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
@@ -142,7 +151,7 @@ class BlockManager:
 
         Python's negative indices are refused: ``ref_cnt(-1)`` would report the last block's count.
         """
-        block_id = _index(block_id, "a block id")
+        block_id = as_index(block_id, "a block id")
         if not 0 <= block_id < self.num_blocks:
             raise KVLibError(f"block id {block_id} is outside the pool of {self.num_blocks} blocks")
         return self.pool.blocks[block_id].ref_cnt
@@ -179,14 +188,14 @@ class BlockManager:
 
     def can_allocate(self, token_ids: Sequence[int]) -> bool:
         """Are there enough free blocks to hold this prompt (after prefix-cache hits)?"""
-        return self._blocks_short(_checked_tokens(token_ids)) <= 0
+        return self._blocks_short(checked_token_ids(token_ids)) <= 0
 
     def num_blocks_short(self, token_ids: Sequence[int]) -> int:
         """Free blocks that ``allocate(token_ids)`` would lack (negative: how many would stay free).
 
         Chapter 4's scheduler admits a request only if enough blocks stay free afterwards.
         """
-        return self._blocks_short(_checked_tokens(token_ids))
+        return self._blocks_short(checked_token_ids(token_ids))
 
     def allocate(self, seq_id: int, token_ids: Sequence[int]) -> Allocation | None:
         """Give a new sequence blocks for its prompt, reusing cached prefix blocks; ``None`` if short.
@@ -196,8 +205,8 @@ class BlockManager:
         how many leading prompt tokens already have K/V in the cache (a multiple of
         ``block_size``); the caller runs the model on the remaining tokens only.
         """
-        _checked_tokens(token_ids)
-        _check_seq_id(seq_id)
+        checked_token_ids(token_ids)
+        check_seq_id(seq_id)
         if seq_id in self.sequences:
             raise KVLibError(f"sequence {seq_id} already has blocks (free it first or pick a new id)")
         if self._blocks_short(token_ids) > 0:
@@ -223,20 +232,29 @@ class BlockManager:
         seq = self._get(seq_id)
         return not self._needs_block(seq) or self.num_free_blocks >= 1
 
-    def append_slot(self, seq_id: int) -> int | None:
+    def append_slot(self, seq_id: int, speculative: bool = False) -> int | None:
         """Give the sequence's next token a slot; returns the slot, or ``None`` if no block is free.
 
         The token is the first of the caller's list without a slot: the caller appends it to
         its list first. A new block is taken only when the last one is full. If the last
         block is shared with a forked sequence, it is copied first (copy-on-write) so that
-        the write that follows never changes what the other sequences see.
+        the write that follows never changes what the other sequences see. A ``speculative``
+        token (a draft model's guess) stays out of every published hash until :meth:`accept`
+        keeps it; verified tokens cannot follow draft ones.
         """
         seq = self._get(seq_id)
+        if not isinstance(speculative, bool):
+            raise KVLibError(f"speculative must be True or False, not {speculative!r}")
+        if seq.num_speculative and not speculative:
+            raise KVLibError(
+                f"sequence {seq_id} has {seq.num_speculative} draft tokens: accept or truncate them "
+                "before appending a verified token"
+            )
         if seq.num_tokens >= len(seq.token_ids):
             raise KVLibError(
                 f"sequence {seq_id}: every token has a slot; append the new token to its token list first"
             )
-        _checked_tokens(seq.token_ids[seq.num_tokens : seq.num_tokens + 1])
+        checked_token_ids(seq.token_ids[seq.num_tokens : seq.num_tokens + 1])
         if not self.can_append(seq_id):
             return None
         if seq.num_tokens % self.block_size == 0:
@@ -244,6 +262,7 @@ class BlockManager:
         elif self._needs_block(seq):
             self._copy_last_block(seq)
         seq.num_tokens += 1
+        seq.num_speculative += speculative
         return self.slot(seq_id, seq.num_tokens - 1)
 
     def _copy_last_block(self, seq: SequenceBlocks) -> None:
@@ -259,24 +278,70 @@ class BlockManager:
         """Record that the K/V of the first ``num_tokens`` tokens (default: all with a slot) are written.
 
         Full blocks become visible to the prefix cache only now, so a later request never
-        reuses a block whose K/V do not exist yet (vLLM's ``cache_blocks``).
+        reuses a block whose K/V do not exist yet (vLLM's ``cache_blocks``); a block holding a
+        draft token waits for :meth:`accept`.
         """
         seq = self._get(seq_id)
-        num_tokens = seq.num_tokens if num_tokens is None else _index(num_tokens, "num_tokens")
+        num_tokens = seq.num_tokens if num_tokens is None else as_index(num_tokens, "num_tokens")
         if not seq.num_computed <= num_tokens <= seq.num_tokens:
             raise KVLibError(
                 f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "
                 f"(has {seq.num_tokens}, {seq.num_computed} computed)"
             )
         seq.num_computed = num_tokens
+        self._publish(seq)
+
+    def _publish(self, seq: SequenceBlocks) -> None:
+        """Hash (and offer to the prefix cache) every full block whose tokens are computed and verified."""
         if not self.enable_prefix_caching:
             return
-        size = self.block_size
-        for i in range(len(seq.block_hashes), num_tokens // size):
+        size, num_verified = self.block_size, min(seq.num_computed, seq.num_tokens - seq.num_speculative)
+        for i in range(len(seq.block_hashes), num_verified // size):
             parent = seq.block_hashes[-1] if seq.block_hashes else None
             block_hash = hash_block_tokens(parent, seq.token_ids[i * size : (i + 1) * size])
             seq.block_hashes.append(block_hash)
             self.pool.cache_block(self.pool.blocks[seq.block_table[i]], block_hash)
+
+    # ------------------------------------------------------------------ rollback
+
+    def accept(self, seq_id: int, num_accepted: int) -> None:
+        """Verify the first ``num_accepted`` draft tokens and release the slots of the rest.
+
+        The kept tokens become ordinary ones: full computed blocks of them are published now.
+        The caller then drops the rejected tokens from its list.
+        """
+        seq = self._get(seq_id)
+        num_accepted = as_index(num_accepted, "num_accepted")
+        if not 0 <= num_accepted <= seq.num_speculative:
+            raise KVLibError(
+                f"sequence {seq_id}: cannot accept {num_accepted} of its {seq.num_speculative} draft tokens"
+            )
+        self.truncate(seq_id, seq.num_tokens - seq.num_speculative + num_accepted)
+        seq.num_speculative = 0
+        self._publish(seq)
+
+    def truncate(self, seq_id: int, num_tokens: int) -> None:
+        """Keep the first ``num_tokens`` slots of a sequence and release the tail (a rollback).
+
+        Blocks left empty are freed, tail first (a shared one loses this table's reference).
+        A published last block left partly empty leaves the prefix cache unless shared, for this
+        sequence will write its tail again (a shared one is copied first). The caller then
+        drops the released tokens from its list.
+        """
+        seq = self._get(seq_id)
+        num_tokens = as_index(num_tokens, "num_tokens")
+        if not 1 <= num_tokens <= seq.num_tokens:
+            raise KVLibError(f"sequence {seq_id}: cannot keep {num_tokens} of its {seq.num_tokens} tokens")
+        keep = self.num_blocks_for(num_tokens)
+        self.pool.free_blocks(self.pool.blocks[b] for b in reversed(seq.block_table[keep:]))
+        del seq.block_table[keep:]
+        last = self.pool.blocks[seq.block_table[-1]]
+        if num_tokens % self.block_size and last.block_hash is not None and last.ref_cnt == 1:
+            del self.pool.cached[last.block_hash]  # its tail slots are about to be overwritten
+            last.block_hash = None
+        del seq.block_hashes[num_tokens // self.block_size :]
+        seq.num_speculative = max(0, seq.num_speculative - (seq.num_tokens - num_tokens))
+        seq.num_tokens, seq.num_computed = num_tokens, min(seq.num_computed, num_tokens)
 
     # ------------------------------------------------------------------ fork / free
 
@@ -287,9 +352,11 @@ class BlockManager:
         caller owns from now on (it appends the child's tokens to it, as for any sequence).
         """
         parent = self._get(parent_id)
-        _check_seq_id(child_id)
+        check_seq_id(child_id)
         if child_id in self.sequences:
             raise KVLibError(f"cannot fork into sequence {child_id}: it already exists")
+        if parent.num_speculative:
+            raise KVLibError(f"cannot fork sequence {parent_id} while it holds draft tokens (accept first)")
         if parent.num_computed < parent.num_tokens:
             raise KVLibError(
                 f"cannot fork sequence {parent_id}: {parent.num_tokens - parent.num_computed} "
@@ -323,47 +390,10 @@ class BlockManager:
     # ------------------------------------------------------------------ checks
 
     def _get(self, seq_id: int) -> SequenceBlocks:
-        _check_seq_id(seq_id)
+        check_seq_id(seq_id)
         seq = self.sequences.get(seq_id)
         if seq is None:
             if seq_id in self._freed:
                 raise KVLibError(f"sequence {seq_id} was already freed")
             raise KVLibError(f"unknown sequence {seq_id!r}")
         return seq
-
-
-def _check_seq_id(seq_id) -> None:
-    """A sequence id is a dict key: a list or another unhashable value is a KVLibError, not a TypeError."""
-    try:
-        hash(seq_id)
-    except TypeError:
-        raise KVLibError(
-            f"a sequence id must be hashable (an int or a string), not {seq_id!r}"[:200]
-        ) from None
-
-
-def _index(value, what: str) -> int:
-    """``value`` as a plain int (numpy integers accepted), or a KVLibError naming ``what``.
-
-    A bool or a float is refused: a float block id or token count would be stored, then fail
-    far away (``mark_computed(0, 4.0)`` stored 4.0 and broke the next slicing of the token list).
-    """
-    if isinstance(value, bool):
-        raise KVLibError(f"{what} must be an integer, not {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise KVLibError(f"{what} must be an integer, not {value!r}"[:200]) from None
-
-
-def _checked_tokens(token_ids: Sequence[int]) -> Sequence[int]:
-    """``token_ids`` itself, once every token is checked to be a non-negative integer (at least one)."""
-    try:
-        values = [operator.index(t) for t in token_ids]
-    except TypeError:
-        raise KVLibError(f"token ids must be integers, not {token_ids!r}"[:200]) from None
-    if not values:
-        raise KVLibError("a sequence needs at least one token")
-    if min(values) < 0:
-        raise KVLibError(f"token ids must be non-negative, not {min(values)}")
-    return token_ids

@@ -1,0 +1,51 @@
+"""How the block manager checks its arguments: sequence ids, indices and token ids (chapter 3).
+
+A block table is plain Python bookkeeping, so a bad argument (a float block id, a negative
+token, an unhashable sequence id) would be stored and fail far away, or silently read the
+wrong block through Python's negative indices. Each check here turns such a value into a
+one-line :class:`~kvlib.KVLibError` naming it. :mod:`kvlib.paged.block_manager` runs them.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+from kvlib import KVLibError
+
+
+def check_seq_id(seq_id) -> None:
+    """A sequence id is a dict key: a list or another unhashable value is a KVLibError, not a TypeError."""
+    try:
+        hash(seq_id)
+    except TypeError:
+        raise KVLibError(
+            f"a sequence id must be hashable (an int or a string), not {seq_id!r}"[:200]
+        ) from None
+
+
+def as_index(value, what: str) -> int:
+    """``value`` as a plain int (numpy integers accepted), or a KVLibError naming ``what``.
+
+    A bool or a float is refused: a float block id or token count would be stored, then fail
+    far away (``mark_computed(0, 4.0)`` stored 4.0 and broke the next slicing of the token list).
+    """
+    if isinstance(value, bool):
+        raise KVLibError(f"{what} must be an integer, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise KVLibError(f"{what} must be an integer, not {value!r}"[:200]) from None
+
+
+def checked_token_ids(token_ids: Sequence[int]) -> Sequence[int]:
+    """``token_ids`` itself, once every token is checked to be a non-negative integer (at least one)."""
+    try:
+        values = [operator.index(t) for t in token_ids]
+    except TypeError:
+        raise KVLibError(f"token ids must be integers, not {token_ids!r}"[:200]) from None
+    if not values:
+        raise KVLibError("a sequence needs at least one token")
+    if min(values) < 0:
+        raise KVLibError(f"token ids must be non-negative, not {min(values)}")
+    return token_ids
