@@ -1,0 +1,406 @@
+"""Prefix caching, predicted and measured (chapter 8, "Serving as engines do it now").
+
+With ``--enable-prefix-caching`` vLLM keeps the K/V of every full block under a hash of its
+tokens and of all the tokens before it; a request whose prompt starts with blocks already
+cached reuses them (chapter 3's :class:`~kvlib.paged.block_manager.BlockManager` does the
+same). Two things get cheaper, and only two:
+
+1. **Prefill.** The cached tokens are not computed again: each saves ``2 x parameters``
+   FLOPs (``per_prefill_s`` of :func:`~kvlib.serving.gpu_model.roofline_step_model`,
+   82 us per token for OPT-13B on the A100). Decoding does not get cheaper at all: every
+   output token still reads the K/V of the whole context, shared blocks included.
+2. **Memory.** A shared block is stored once for every request that uses it, so more
+   requests fit in the KV budget; where memory, not ``max_num_seqs``, limits the batch,
+   the batch grows and each step's fixed cost (reading the weights) is split more ways.
+
+:func:`predicted_gain` turns this into numbers for one kind of request, and
+:func:`predict_trace` for a trace's lengths; :func:`measured_gain` runs the simulator with
+the cache off and on; :func:`gain_table` and :func:`eviction_table` set the two side by side.
+
+Why users report "no gain" (each visible in the tables):
+
+- **A short shared part.** Only whole blocks are cached (16 tokens by default), and the
+  last prompt token is always computed (its logits choose the first output token): a
+  system prompt of 15 tokens caches nothing, one of 100 tokens before a 1,000-token
+  question saves under 10 % of that prefill.
+- **Long outputs.** A request's time is mostly decode steps, which caching does not touch.
+  With ShareGPT-like outputs (338 tokens) the prefill of a 160-token prompt is a few per
+  cent of what the GPU spends on the request, so even a fully cached prompt saves that little,
+  unless the shared blocks also let the batch grow (point 2): measure with a budget as
+  tight as production's, or the memory half of the gain is missed.
+- **Eviction.** Freed cached blocks are reused until evicted, least recently freed first.
+  When more distinct prefixes are in use (tenants, conversations) than the budget holds
+  beside the running requests, a prefix is evicted between two of its requests and
+  computed again: the hit rate, and with it the gain, falls (:func:`eviction_table`).
+
+The prediction assumes every shared block is a hit and ignores preemptions' recomputation;
+the measurement has both, which is why the two are set side by side rather than equated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvlib import KVLibError
+from kvlib.serving.arguments import require_count, require_real
+from kvlib.serving.gpu_model import kv_budget, roofline_step_model
+from kvlib.serving.simulator import simulate
+from kvlib.serving.step_time import StepTimeModel
+from kvlib.serving.traces import SHAREGPT, Request, TraceSpec, make_trace
+
+# A ShareGPT-like trace with room for a long system prompt in front of each prompt (tokens).
+LONG_CONTEXT = 4096
+
+# Throughput is measured while requests wait (RunResult.tokens_per_s); a run must spend at least this
+# share of its time so, or the few steps before the queue empties (prefill-heavy) would be all it measures.
+MIN_SATURATED_SHARE = 0.25
+
+# Token ids of the shared prefixes start here, above the random prompts' ids (vocab_size 512).
+PREFIX_TOKEN_BASE = 1000
+
+
+@dataclass(frozen=True)
+class PrefixGain:
+    """What prefix caching saves for requests of given lengths, predicted from a step-time model."""
+
+    shared_len: int  # tokens every prompt shares (its system prompt)
+    mean_prompt_len: float  # prompt tokens per request, the shared part included
+    mean_output_len: float  # output tokens per request
+    mean_cached_len: float  # prompt tokens per request a hit skips: whole blocks, the last token excluded
+    batch_without: float  # sequences per step without caching (memory or max_num_seqs)
+    batch_with: float  # sequences per step with caching: shared blocks stored once
+    prefill_share_saved: float  # share of the GPU time per output token saved at the batch of batch_without
+    memory_saved_share: float  # share of the KV slots the running requests need, saved by sharing
+    throughput_ratio: float  # output tokens per second, with caching over without (batch growth included)
+
+    @property
+    def shared_fraction(self) -> float:
+        """Mean share of a prompt that a hit skips."""
+        return self.mean_cached_len / self.mean_prompt_len
+
+
+def prefix_hit_tokens(shared_len, prompt_len, block_size: int = 16):
+    """Prompt tokens a prefix-cache hit skips: the shared part's whole blocks, at most
+    ``(prompt_len - 1) // block_size`` blocks (the last prompt token is always computed)."""
+    shared, prompt = np.asarray(shared_len), np.asarray(prompt_len)
+    return np.minimum(shared // block_size, (prompt - 1) // block_size) * block_size
+
+
+def admissions_per_step(prompt, max_prefill_tokens: int = 2048) -> float:
+    """Prompts admitted per step while requests queue: the prompts, in order, packed into steps of at
+    most ``max_prefill_tokens`` tokens (:class:`~kvlib.serving.scheduler.SchedulerConfig`'s
+    ``max_prefill_tokens``: a cached prefix counts too), the first of a step always fitting."""
+    num_steps, left = 0, 0
+    for length in np.asarray(prompt).tolist():
+        if num_steps == 0 or length > left:
+            num_steps, left = num_steps + 1, max_prefill_tokens
+        left -= length
+    return len(prompt) / num_steps
+
+
+def _batch(num_slots: float, held: float, cap: float) -> float:
+    """Sequences that fit: the slots over what one running request holds, at most ``cap``."""
+    if num_slots <= held:
+        raise KVLibError(f"a budget of {num_slots:,.0f} slots holds no request of {held:,.0f} tokens")
+    return min(cap, num_slots / held)
+
+
+def _prediction(
+    prompt, cached, output, shared_len, step_model, num_slots, block_size, max_num_seqs, num_prefixes
+) -> PrefixGain:
+    """The arithmetic of :func:`predicted_gain`, over arrays of lengths, (requests,) each.
+
+    A request runs ``O`` steps (the prefill makes its first token) holding ``P + k`` tokens at its
+    k-th, ``P + (O + 1) / 2`` on average (plus half a block, its last block's empty slots); the
+    running requests are those lengths weighted by how many steps each stays, ``O``. With sharing
+    it holds ``C`` fewer slots of its own, and the ``num_prefixes`` shared parts are stored once
+    (if they do not fit beside more requests than without, no memory is shared). The batch is the
+    smallest of: the slots over a request's, ``max_num_seqs``, and the admissions per step times
+    the steps a request stays (Little's law; short outputs leave faster than prompts come in).
+    Serving them all takes ``sum(O) / batch`` steps of ``fixed_s``, ``per_seq_s`` per output token,
+    ``per_context_s`` per K/V read (``(O - 1) (P + O / 2)`` per request: decoding reads the shared
+    blocks too) and ``per_prefill_s`` per prompt token computed: ``P`` without caching, ``P - C`` with it.
+    """
+    weights = output / output.sum()
+    held_without = float(weights @ (prompt + (output + 1) / 2)) + block_size / 2
+    held_with = held_without - float(weights @ cached)
+    stored_shared = num_prefixes * int(prefix_hit_tokens(shared_len, shared_len + 1, block_size))
+    # Little's law: a request stays O steps, and admissions_per_step() join per step at most
+    cap = min(float(max_num_seqs), admissions_per_step(prompt) * float(output.mean()))
+    batch_without = _batch(num_slots, held_without, cap)
+    batch_with = min(cap, (num_slots - stored_shared) / held_with)
+    if batch_with <= batch_without:  # the prefixes do not fit beside more requests: no memory shared
+        batch_with, stored_shared, held_with = batch_without, 0, held_without
+
+    def seconds(batch: float, computed) -> float:
+        return float(
+            output.sum() / batch * step_model.fixed_s
+            + step_model.per_seq_s * output.sum()
+            + step_model.per_context_s * ((output - 1) * (prompt + output / 2)).sum()
+            + step_model.per_prefill_s * computed.sum()
+        )
+
+    without = seconds(batch_without, prompt)
+    return PrefixGain(
+        shared_len=int(shared_len),
+        mean_prompt_len=float(prompt.mean()),
+        mean_output_len=float(output.mean()),
+        mean_cached_len=float(cached.mean()),
+        batch_without=batch_without,
+        batch_with=batch_with,
+        prefill_share_saved=1 - seconds(batch_without, prompt - cached) / without,
+        memory_saved_share=1 - (batch_with * held_with + stored_shared) / (batch_with * held_without),
+        throughput_ratio=without / seconds(batch_with, prompt - cached),
+    )
+
+
+def _defaults(step_model, num_slots) -> tuple[StepTimeModel, int]:
+    step_model = roofline_step_model() if step_model is None else step_model
+    if not isinstance(step_model, StepTimeModel):
+        raise KVLibError(f"step_model must be a StepTimeModel, not {type(step_model).__name__}")
+    return step_model, kv_budget().num_slots if num_slots is None else require_count(num_slots, "num_slots")
+
+
+def predicted_gain(
+    shared_fraction: float,
+    prompt_len: int,
+    output_len: int,
+    step_model: StepTimeModel | None = None,
+    num_slots: int | None = None,
+    block_size: int = 16,
+    max_num_seqs: int = 256,
+) -> PrefixGain:
+    """What caching ``shared_fraction`` of every prompt saves, for requests of one length, in a
+    saturated server (chapter 8).
+
+    Defaults: the A100 OPT-13B roofline step model and its KV budget (chapter 4). The shared
+    part is ``round(shared_fraction x prompt_len)`` tokens, of which only whole blocks are
+    cached. ``prefill_share_saved`` is the compute half of the gain alone (the same batch);
+    ``throughput_ratio`` adds the memory half (shared blocks stored once, a bigger batch).
+    """
+    if not 0 <= require_real(shared_fraction, "shared_fraction") <= 1:
+        raise KVLibError(f"shared_fraction is a share of the prompt in [0, 1], not {shared_fraction!r}")
+    prompt_len, output_len = require_count(prompt_len, "prompt_len"), require_count(output_len, "output_len")
+    block_size = require_count(block_size, "block_size")
+    step_model, num_slots = _defaults(step_model, num_slots)
+    shared = round(shared_fraction * prompt_len)
+    prompt, output = np.full(256, prompt_len), np.full(256, output_len)  # (256,): a queue of such requests
+    cached = prefix_hit_tokens(shared, prompt, block_size)
+    return _prediction(
+        prompt,
+        cached,
+        output,
+        shared,
+        step_model,
+        num_slots,
+        block_size,
+        require_count(max_num_seqs, "max_num_seqs"),
+        1,
+    )
+
+
+def predict_trace(
+    requests: list[Request],
+    shared_len: int,
+    step_model: StepTimeModel | None = None,
+    num_slots: int | None = None,
+    block_size: int = 16,
+    max_num_seqs: int = 256,
+    num_prefixes: int = 1,
+) -> PrefixGain:
+    """:func:`predicted_gain` over a trace's own lengths, each prompt starting with a shared
+    part of ``shared_len`` tokens (one of ``num_prefixes`` distinct ones, each stored once)."""
+    if not requests or not all(isinstance(r, Request) for r in requests):
+        raise KVLibError("predict_trace needs a non-empty list of Request")
+    step_model, num_slots = _defaults(step_model, num_slots)
+    shared_len, block_size = (
+        require_count(shared_len, "shared_len", 0),
+        require_count(block_size, "block_size"),
+    )
+    prompt = np.array([r.prompt_len for r in requests])  # (requests,)
+    output = np.array([r.output_len for r in requests])  # (requests,)
+    if shared_len > prompt.min():
+        raise KVLibError(
+            f"shared_len {shared_len} is longer than the shortest prompt ({prompt.min()} tokens)"
+        )
+    cached = prefix_hit_tokens(shared_len, prompt, block_size)
+    max_num_seqs, num_prefixes = (
+        require_count(max_num_seqs, "max_num_seqs"),
+        require_count(num_prefixes, "num_prefixes"),
+    )
+    return _prediction(
+        prompt, cached, output, shared_len, step_model, num_slots, block_size, max_num_seqs, num_prefixes
+    )
+
+
+def shared_prefix_trace(
+    num_requests: int,
+    shared_len: int,
+    spec: TraceSpec = SHAREGPT,
+    num_prefixes: int = 1,
+    seed: int = 0,
+) -> list[Request]:
+    """A saturated trace (every request at time 0) whose prompts start with a shared part of
+    ``shared_len`` tokens: one system prompt (:func:`~kvlib.serving.traces.make_trace`'s
+    ``system_prompt``), or each request one of ``num_prefixes`` (tenants, drawn with the seed).
+
+    ``spec``'s maximum length is raised to :data:`LONG_CONTEXT` so that a long system prompt
+    leaves room for the trace's own prompts; outputs are cut to fit, as make_trace does.
+    """
+    shared_len, num_prefixes = (
+        require_count(shared_len, "shared_len", 0),
+        require_count(num_prefixes, "num_prefixes"),
+    )
+    if not isinstance(spec, TraceSpec):
+        raise KVLibError(f"spec must be a TraceSpec, not {type(spec).__name__}")
+    spec = TraceSpec(
+        spec.name, spec.mean_input, spec.mean_output, spec.sigma, max(spec.max_len, LONG_CONTEXT)
+    )
+    prefixes = [
+        tuple(range(PREFIX_TOKEN_BASE + k * shared_len, PREFIX_TOKEN_BASE + (k + 1) * shared_len))
+        for k in range(num_prefixes)
+    ]
+    if num_prefixes == 1:
+        return make_trace(spec, num_requests, float("inf"), seed=seed, system_prompt=prefixes[0])
+    plain = make_trace(spec, num_requests, float("inf"), seed=seed)
+    tenants = np.random.default_rng([seed, 2]).integers(0, num_prefixes, len(plain))  # (requests,)
+    requests = []
+    for r, k in zip(plain, tenants, strict=True):
+        prompt = prefixes[k] + r.prompt
+        if len(prompt) >= spec.max_len:
+            raise KVLibError(f"a shared part of {shared_len} tokens leaves no room within {spec.max_len}")
+        requests.append(Request(r.req_id, r.arrival_s, prompt, min(r.output_len, spec.max_len - len(prompt))))
+    return requests
+
+
+@dataclass(frozen=True)
+class MeasuredGain:
+    """One trace simulated with prefix caching off and on (the paged policy)."""
+
+    throughput_ratio: float  # output tokens per second while requests wait, on over off
+    prefill_saved_share: (
+        float  # 1 - prompt tokens computed on / off (recomputation after preemption included)
+    )
+    batch_without: float  # mean sequences per step while requests wait, caching off
+    batch_with: float  # the same, caching on
+    num_preemptions_without: int  # preemptions (by recomputation), caching off
+    num_preemptions_with: int  # the same, caching on
+
+
+def measured_gain(
+    requests: list[Request],
+    num_slots: int | None = None,
+    step_model: StepTimeModel | None = None,
+    block_size: int = 16,
+) -> MeasuredGain:
+    """:func:`~kvlib.serving.simulator.simulate` of ``requests`` (paged) with caching off, then on.
+
+    A trace that keeps the server saturated for under :data:`MIN_SATURATED_SHARE` of either run
+    is refused: with caching on, a few dozen requests may all fit at once, and the throughput
+    while requests wait would then be that of the first, prefill-heavy steps only.
+    """
+    step_model, num_slots = _defaults(step_model, num_slots)
+    off, on = (
+        simulate(
+            requests,
+            "paged",
+            num_slots,
+            step_model,
+            max_len=max(r.total_len for r in requests),
+            block_size=block_size,
+            enable_prefix_caching=caching,
+        )
+        for caching in (False, True)
+    )
+    for run in (off, on):
+        busy = run.steps["num_waiting"] > 0
+        if run.steps["duration_s"][busy].sum() < MIN_SATURATED_SHARE * run.steps["duration_s"].sum():
+            raise KVLibError(
+                f"{len(requests)} requests keep the server saturated for too short a time to measure a "
+                f"throughput (caching {'on' if run is on else 'off'}): pass more requests"
+            )
+    return MeasuredGain(
+        throughput_ratio=on.tokens_per_s / off.tokens_per_s,
+        prefill_saved_share=1 - float(on.steps["prefill_tokens"].sum() / off.steps["prefill_tokens"].sum()),
+        batch_without=off.mean_batch,
+        batch_with=on.mean_batch,
+        num_preemptions_without=off.num_preemptions,
+        num_preemptions_with=on.num_preemptions,
+    )
+
+
+def _row(label: dict, predicted: PrefixGain, measured: MeasuredGain) -> dict:
+    return {
+        **label,
+        "cached share of the prompt (%)": 100 * predicted.shared_fraction,
+        "predicted: compute saved at equal batch (%)": 100 * predicted.prefill_share_saved,
+        "predicted: KV memory saved (%)": 100 * predicted.memory_saved_share,
+        "predicted: batch off -> on": f"{predicted.batch_without:.1f} -> {predicted.batch_with:.1f}",
+        "measured: batch off -> on": f"{measured.batch_without:.1f} -> {measured.batch_with:.1f}",
+        "predicted: throughput on / off": predicted.throughput_ratio,
+        "measured: throughput on / off": measured.throughput_ratio,
+        "measured: prefill tokens saved (%)": 100 * measured.prefill_saved_share,
+    }
+
+
+def gain_table(
+    shared_lens=(16, 256, 1024),
+    mean_outputs=(SHAREGPT.mean_output, 16.0),
+    num_requests: int = 96,
+    num_slots: int | None = None,
+    step_model: StepTimeModel | None = None,
+) -> list[dict]:
+    """Predicted against measured, one row per shared length and mean output length (ShareGPT-like
+    prompts, a saturated server, the A100 OPT-13B model and budget by default; chapter 8)."""
+    step_model, num_slots = _defaults(step_model, num_slots)
+    rows = []
+    for mean_output in mean_outputs:
+        require_real(mean_output, "mean output length", positive=True)
+        spec = TraceSpec(f"ShareGPT-like prompts, outputs {mean_output:g}", SHAREGPT.mean_input, mean_output)
+        for shared_len in shared_lens:
+            requests = shared_prefix_trace(num_requests, shared_len, spec)
+            predicted = predict_trace(requests, shared_len, step_model, num_slots)
+            label = {"shared tokens": shared_len, "mean output": predicted.mean_output_len}
+            rows.append(_row(label, predicted, measured_gain(requests, num_slots, step_model)))
+    return rows
+
+
+def eviction_table(
+    shared_len: int = 256,
+    num_prefixes=(1, 16),
+    budgets=None,
+    num_requests: int = 96,
+    step_model: StepTimeModel | None = None,
+) -> list[dict]:
+    """The gain when the cache must hold ``num_prefixes`` distinct shared parts (tenants), in a
+    budget under load (default: a third of the A100's). Where the prefixes in use do not fit
+    beside the running requests, a prefix is evicted between two of its requests and computed
+    again: the measured prefill saving falls below the cached share that the prediction assumes
+    (every shared block a hit), and the gain falls with it (chapter 8). The prediction stores all
+    ``num_prefixes`` once, or, when they do not fit, shares no memory and keeps the compute half."""
+    step_model, full = _defaults(step_model, None)
+    rows = []
+    for num_slots in (full // 3,) if budgets is None else budgets:
+        for count in num_prefixes:
+            requests = shared_prefix_trace(num_requests, shared_len, num_prefixes=count)
+            predicted = predict_trace(requests, shared_len, step_model, num_slots, num_prefixes=count)
+            label = {"KV slots": num_slots, "distinct prefixes": count, "prefix slots": count * shared_len}
+            rows.append(_row(label, predicted, measured_gain(requests, num_slots, step_model)))
+    return rows
+
+
+def bench() -> dict:
+    """Prefix caching's benchmarks for ``python -m kvlib bench`` (chapter 8): ShareGPT-like requests
+    behind a 1,024-token system prompt, predicted and measured, and under eviction."""
+    predicted = predicted_gain(0.5, 2 * 161, 338)
+    requests = shared_prefix_trace(96, 1024)
+    measured = measured_gain(requests)
+    evicted = eviction_table(num_prefixes=(16,))[0]
+    return {
+        "prefix_predicted_compute_saved_half_shared": round(predicted.prefill_share_saved, 4),
+        "prefix_predicted_throughput_ratio_1024": round(predict_trace(requests, 1024).throughput_ratio, 3),
+        "prefix_measured_throughput_ratio_1024": round(measured.throughput_ratio, 3),
+        "prefix_measured_throughput_ratio_evicted": round(evicted["measured: throughput on / off"], 3),
+    }
