@@ -72,6 +72,10 @@ TRACE_SIZES = ((SHAREGPT, 400), (ALPACA, 1500))  # each trace and its number of 
 # The paper's ratios of sustained rates (vLLM / Orca-Oracle, vLLM / Orca-Max), per trace. For the
 # Alpaca trace (Figure 12's lower row) the paper gives no ratio in the text: it says the results
 # follow the ShareGPT trend, with a smaller advantage over Orca-Oracle and Orca-Pow2 for OPT-175B.
+PAPER_BATCH_VS_ORACLE = 2.2  # requests batched at once, vLLM / Orca-Oracle (Figure 13a, OPT-13B, ShareGPT)
+
+PAPER_BATCH_VS_MAX = 4.3  # vLLM / Orca-Max (the same)
+
 PAPER_RATE_BANDS = {
     SHAREGPT.name: {"oracle": PAPER_RATE_VS_ORACLE, "max": PAPER_RATE_VS_MAX},
     ALPACA.name: {},
@@ -95,10 +99,44 @@ def unloaded_latency(requests, step_model: StepTimeModel) -> float:
     return float(np.mean((prefill + decodes) / output))
 
 
+def saturated_runs(
+    requests, num_slots: int, step_model: StepTimeModel, max_len: int, policies=POLICIES
+) -> dict[str, RunResult]:
+    """Each policy serving ``requests`` all queued at time 0 (a server that never idles)."""
+    queued = [replace(r, arrival_s=0.0) for r in requests]
+    return {p: simulate(queued, p, num_slots, step_model, max_len) for p in policies}
+
+
 def capacities(requests, num_slots: int, step_model: StepTimeModel, max_len: int, policies=POLICIES) -> dict:
     """Each policy's saturated capacity (requests/s) on ``requests`` all queued at time 0."""
-    queued = [replace(r, arrival_s=0.0) for r in requests]
-    return {p: simulate(queued, p, num_slots, step_model, max_len).requests_per_s for p in policies}
+    runs = saturated_runs(requests, num_slots, step_model, max_len, policies)
+    return {p: r.requests_per_s for p, r in runs.items()}
+
+
+def batch_table(runs: dict[str, RunResult]) -> list[dict]:
+    """Why paged sustains more: per saturated run, its mean batch and mean step while requests wait.
+
+    Capacity is batch over step time (tokens per second, over the mean output), so paged's
+    capacity over a policy's is, exactly, the ratio of their batches times the inverse ratio of
+    their steps: a larger batch pays for its longer steps.
+    """
+
+    def step_s(run: RunResult) -> float:
+        return run.mean_batch / run.tokens_per_s  # busy seconds per busy step
+
+    paged = runs["paged"]
+    return [
+        {
+            "policy": p,
+            "mean batch": r.mean_batch,
+            "step (ms)": 1e3 * step_s(r),
+            "capacity (req/s)": r.requests_per_s,
+            "paged's batch / its": paged.mean_batch / r.mean_batch,
+            "its step / paged's": step_s(r) / step_s(paged),
+            "paged's capacity / its": paged.requests_per_s / r.requests_per_s,
+        }
+        for p, r in runs.items()
+    ]
 
 
 def _row(spec: TraceSpec, run: RunResult, rate: float, capacity: float, unloaded: float) -> dict:

@@ -4,14 +4,17 @@ configuration, and bench's fields on a stubbed sweep."""
 
 import math
 
+import numpy as np
 import pytest
 
 from kvlib import KVLibError
 from kvlib.serving import rate_comparison as rc
 from kvlib.serving.gpu_model import roofline_step_model
+from kvlib.serving.results import RunResult
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.traces import ALPACA, SHAREGPT, Request, TraceSpec, make_trace
+from kvlib.serving.types import SeqState
 from tests.serving.test_latency import hand_run
 
 STEP = StepTimeModel(1.0, 0.5, 0.01, 0.1)  # fixed, per sequence, per context token, per prompt token
@@ -130,6 +133,40 @@ def test_a_grid_that_ends_below_the_threshold_is_extended():
                 after["rate"] == pytest.approx(1.25 * before["rate"]) and before["s per token"] <= threshold
             )
         assert mine[-1]["s per token"] > threshold or len(mine) == 2 + rc.MAX_EXTENSIONS
+
+
+def busy_run(policy, num_seqs, durations):
+    """A run of two requests of 2 output tokens whose every step has a request waiting."""
+    steps = {
+        "num_seqs": np.array(num_seqs, dtype=float),
+        "duration_s": np.array(durations, dtype=float),
+        "num_waiting": np.ones(len(num_seqs)),
+    }
+    finished = [SeqState(Request(i, 0.0, (1,), 2), [1]) for i in range(2)]
+    return RunResult(policy, 64, finished, steps, 0)
+
+
+def test_batch_table_splits_the_capacity_ratio_into_batch_and_step():
+    # paged: 2 steps of 4 sequences, 2 s each: batch 4, 8 tokens / 4 s = 2 tokens/s, 1 request/s
+    # (2 tokens each)
+    # oracle: 4 steps of 1 sequence, 1 s each: batch 1, 1 token/s, 0.5 requests/s
+    runs = {
+        "oracle": busy_run("oracle", [1, 1, 1, 1], [1, 1, 1, 1]),
+        "paged": busy_run("paged", [4, 4], [2, 2]),
+    }
+    oracle, paged = rc.batch_table(runs)
+    assert (oracle["mean batch"], oracle["step (ms)"], oracle["capacity (req/s)"]) == (1.0, 1000.0, 0.5)
+    assert paged["step (ms)"] == 2000.0
+    # capacity ratio 1 / 0.5 = 2 = batch ratio 4 x step ratio 1 / 2
+    assert (
+        oracle["paged's batch / its"],
+        oracle["its step / paged's"],
+        oracle["paged's capacity / its"],
+    ) == (
+        4.0,
+        0.5,
+        2.0,
+    )
 
 
 def test_bench_fields_on_a_stubbed_sweep(monkeypatch):
