@@ -1,4 +1,4 @@
-"""Prefix caching, predicted and measured (chapter 8, "Serving as engines do it now").
+"""Prefix caching predicted (chapter 8, "Serving as engines do it now"): what a shared prefix saves.
 
 With ``--enable-prefix-caching`` vLLM keeps the K/V of every full block under a hash of its
 tokens and of all the tokens before it; a request whose prompt starts with blocks already
@@ -14,8 +14,9 @@ same). Two things get cheaper, and only two:
    the batch grows and each step's fixed cost (reading the weights) is split more ways.
 
 :func:`predicted_gain` turns this into numbers for one kind of request, and
-:func:`predict_trace` for a trace's lengths; :func:`measured_gain` runs the simulator with
-the cache off and on; :func:`gain_table` and :func:`eviction_table` set the two side by side.
+:func:`predict_trace` for a trace's lengths; :mod:`kvlib.serving.prefix_measured` runs the
+simulator with the cache off and on and sets the two side by side (its ``gain_table`` and
+``eviction_table``).
 
 Why users report "no gain" (each visible in the tables):
 
@@ -24,14 +25,14 @@ Why users report "no gain" (each visible in the tables):
   system prompt of 15 tokens caches nothing, one of 100 tokens before a 1,000-token
   question saves under 10 % of that prefill.
 - **Long outputs.** A request's time is mostly decode steps, which caching does not touch.
-  With ShareGPT-like outputs (338 tokens) the prefill of a 160-token prompt is a few per
-  cent of what the GPU spends on the request, so even a fully cached prompt saves that little,
+  With ShareGPT-like outputs (338 tokens) the prefill of a 160-token prompt is about 5 % of
+  what the GPU spends on the request, so even a fully cached prompt saves that little,
   unless the shared blocks also let the batch grow (point 2): measure with a budget as
   tight as production's, or the memory half of the gain is missed.
 - **Eviction.** Freed cached blocks are reused until evicted, least recently freed first.
   When more distinct prefixes are in use (tenants, conversations) than the budget holds
   beside the running requests, a prefix is evicted between two of its requests and
-  computed again: the hit rate, and with it the gain, falls (:func:`eviction_table`).
+  computed again: the hit rate, and with it the gain, falls (``eviction_table``).
 
 The prediction assumes every shared block is a hit and ignores preemptions' recomputation;
 the measurement has both, which is why the two are set side by side rather than equated.
@@ -46,19 +47,8 @@ import numpy as np
 from kvlib import KVLibError
 from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.gpu_model import kv_budget, roofline_step_model
-from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
-from kvlib.serving.traces import SHAREGPT, Request, TraceSpec, make_trace
-
-# A ShareGPT-like trace with room for a long system prompt in front of each prompt (tokens).
-LONG_CONTEXT = 4096
-
-# Throughput is measured while requests wait (RunResult.tokens_per_s); a run must spend at least this
-# share of its time so, or the few steps before the queue empties (prefill-heavy) would be all it measures.
-MIN_SATURATED_SHARE = 0.25
-
-# Token ids of the shared prefixes start here, above the random prompts' ids (vocab_size 512).
-PREFIX_TOKEN_BASE = 1000
+from kvlib.serving.traces import Request
 
 
 @dataclass(frozen=True)
@@ -156,7 +146,8 @@ def _prediction(
     )
 
 
-def _defaults(step_model, num_slots) -> tuple[StepTimeModel, int]:
+def step_model_and_budget(step_model, num_slots) -> tuple[StepTimeModel, int]:
+    """``step_model`` and ``num_slots``, checked, or chapter 4's: the A100 OPT-13B roofline and its budget."""
     step_model = roofline_step_model() if step_model is None else step_model
     if not isinstance(step_model, StepTimeModel):
         raise KVLibError(f"step_model must be a StepTimeModel, not {type(step_model).__name__}")
@@ -184,7 +175,7 @@ def predicted_gain(
         raise KVLibError(f"shared_fraction is a share of the prompt in [0, 1], not {shared_fraction!r}")
     prompt_len, output_len = require_count(prompt_len, "prompt_len"), require_count(output_len, "output_len")
     block_size = require_count(block_size, "block_size")
-    step_model, num_slots = _defaults(step_model, num_slots)
+    step_model, num_slots = step_model_and_budget(step_model, num_slots)
     shared = round(shared_fraction * prompt_len)
     prompt, output = np.full(256, prompt_len), np.full(256, output_len)  # (256,): a queue of such requests
     cached = prefix_hit_tokens(shared, prompt, block_size)
@@ -214,7 +205,7 @@ def predict_trace(
     part of ``shared_len`` tokens (one of ``num_prefixes`` distinct ones, each stored once)."""
     if not requests or not all(isinstance(r, Request) for r in requests):
         raise KVLibError("predict_trace needs a non-empty list of Request")
-    step_model, num_slots = _defaults(step_model, num_slots)
+    step_model, num_slots = step_model_and_budget(step_model, num_slots)
     shared_len, block_size = (
         require_count(shared_len, "shared_len", 0),
         require_count(block_size, "block_size"),
@@ -233,174 +224,3 @@ def predict_trace(
     return _prediction(
         prompt, cached, output, shared_len, step_model, num_slots, block_size, max_num_seqs, num_prefixes
     )
-
-
-def shared_prefix_trace(
-    num_requests: int,
-    shared_len: int,
-    spec: TraceSpec = SHAREGPT,
-    num_prefixes: int = 1,
-    seed: int = 0,
-) -> list[Request]:
-    """A saturated trace (every request at time 0) whose prompts start with a shared part of
-    ``shared_len`` tokens: one system prompt (:func:`~kvlib.serving.traces.make_trace`'s
-    ``system_prompt``), or each request one of ``num_prefixes`` (tenants, drawn with the seed).
-
-    ``spec``'s maximum length is raised to :data:`LONG_CONTEXT` so that a long system prompt
-    leaves room for the trace's own prompts; outputs are cut to fit, as make_trace does.
-    """
-    shared_len, num_prefixes = (
-        require_count(shared_len, "shared_len", 0),
-        require_count(num_prefixes, "num_prefixes"),
-    )
-    if not isinstance(spec, TraceSpec):
-        raise KVLibError(f"spec must be a TraceSpec, not {type(spec).__name__}")
-    spec = TraceSpec(
-        spec.name, spec.mean_input, spec.mean_output, spec.sigma, max(spec.max_len, LONG_CONTEXT)
-    )
-    prefixes = [
-        tuple(range(PREFIX_TOKEN_BASE + k * shared_len, PREFIX_TOKEN_BASE + (k + 1) * shared_len))
-        for k in range(num_prefixes)
-    ]
-    if num_prefixes == 1:
-        return make_trace(spec, num_requests, float("inf"), seed=seed, system_prompt=prefixes[0])
-    plain = make_trace(spec, num_requests, float("inf"), seed=seed)
-    tenants = np.random.default_rng([seed, 2]).integers(0, num_prefixes, len(plain))  # (requests,)
-    requests = []
-    for r, k in zip(plain, tenants, strict=True):
-        prompt = prefixes[k] + r.prompt
-        if len(prompt) >= spec.max_len:
-            raise KVLibError(f"a shared part of {shared_len} tokens leaves no room within {spec.max_len}")
-        requests.append(Request(r.req_id, r.arrival_s, prompt, min(r.output_len, spec.max_len - len(prompt))))
-    return requests
-
-
-@dataclass(frozen=True)
-class MeasuredGain:
-    """One trace simulated with prefix caching off and on (the paged policy)."""
-
-    throughput_ratio: float  # output tokens per second while requests wait, on over off
-    prefill_saved_share: (
-        float  # 1 - prompt tokens computed on / off (recomputation after preemption included)
-    )
-    batch_without: float  # mean sequences per step while requests wait, caching off
-    batch_with: float  # the same, caching on
-    num_preemptions_without: int  # preemptions (by recomputation), caching off
-    num_preemptions_with: int  # the same, caching on
-
-
-def measured_gain(
-    requests: list[Request],
-    num_slots: int | None = None,
-    step_model: StepTimeModel | None = None,
-    block_size: int = 16,
-) -> MeasuredGain:
-    """:func:`~kvlib.serving.simulator.simulate` of ``requests`` (paged) with caching off, then on.
-
-    A trace that keeps the server saturated for under :data:`MIN_SATURATED_SHARE` of either run
-    is refused: with caching on, a few dozen requests may all fit at once, and the throughput
-    while requests wait would then be that of the first, prefill-heavy steps only.
-    """
-    step_model, num_slots = _defaults(step_model, num_slots)
-    off, on = (
-        simulate(
-            requests,
-            "paged",
-            num_slots,
-            step_model,
-            max_len=max(r.total_len for r in requests),
-            block_size=block_size,
-            enable_prefix_caching=caching,
-        )
-        for caching in (False, True)
-    )
-    for run in (off, on):
-        busy = run.steps["num_waiting"] > 0
-        if run.steps["duration_s"][busy].sum() < MIN_SATURATED_SHARE * run.steps["duration_s"].sum():
-            raise KVLibError(
-                f"{len(requests)} requests keep the server saturated for too short a time to measure a "
-                f"throughput (caching {'on' if run is on else 'off'}): pass more requests"
-            )
-    return MeasuredGain(
-        throughput_ratio=on.tokens_per_s / off.tokens_per_s,
-        prefill_saved_share=1 - float(on.steps["prefill_tokens"].sum() / off.steps["prefill_tokens"].sum()),
-        batch_without=off.mean_batch,
-        batch_with=on.mean_batch,
-        num_preemptions_without=off.num_preemptions,
-        num_preemptions_with=on.num_preemptions,
-    )
-
-
-def _row(label: dict, predicted: PrefixGain, measured: MeasuredGain) -> dict:
-    return {
-        **label,
-        "cached share of the prompt (%)": 100 * predicted.shared_fraction,
-        "predicted: compute saved at equal batch (%)": 100 * predicted.prefill_share_saved,
-        "predicted: KV memory saved (%)": 100 * predicted.memory_saved_share,
-        "predicted: batch off -> on": f"{predicted.batch_without:.1f} -> {predicted.batch_with:.1f}",
-        "measured: batch off -> on": f"{measured.batch_without:.1f} -> {measured.batch_with:.1f}",
-        "predicted: throughput on / off": predicted.throughput_ratio,
-        "measured: throughput on / off": measured.throughput_ratio,
-        "measured: prefill tokens saved (%)": 100 * measured.prefill_saved_share,
-    }
-
-
-def gain_table(
-    shared_lens=(16, 256, 1024),
-    mean_outputs=(SHAREGPT.mean_output, 16.0),
-    num_requests: int = 96,
-    num_slots: int | None = None,
-    step_model: StepTimeModel | None = None,
-) -> list[dict]:
-    """Predicted against measured, one row per shared length and mean output length (ShareGPT-like
-    prompts, a saturated server, the A100 OPT-13B model and budget by default; chapter 8)."""
-    step_model, num_slots = _defaults(step_model, num_slots)
-    rows = []
-    for mean_output in mean_outputs:
-        require_real(mean_output, "mean output length", positive=True)
-        spec = TraceSpec(f"ShareGPT-like prompts, outputs {mean_output:g}", SHAREGPT.mean_input, mean_output)
-        for shared_len in shared_lens:
-            requests = shared_prefix_trace(num_requests, shared_len, spec)
-            predicted = predict_trace(requests, shared_len, step_model, num_slots)
-            label = {"shared tokens": shared_len, "mean output": predicted.mean_output_len}
-            rows.append(_row(label, predicted, measured_gain(requests, num_slots, step_model)))
-    return rows
-
-
-def eviction_table(
-    shared_len: int = 256,
-    num_prefixes=(1, 16),
-    budgets=None,
-    num_requests: int = 96,
-    step_model: StepTimeModel | None = None,
-) -> list[dict]:
-    """The gain when the cache must hold ``num_prefixes`` distinct shared parts (tenants), in a
-    budget under load (default: a third of the A100's). Where the prefixes in use do not fit
-    beside the running requests, a prefix is evicted between two of its requests and computed
-    again: the measured prefill saving falls below the cached share that the prediction assumes
-    (every shared block a hit), and the gain falls with it (chapter 8). The prediction stores all
-    ``num_prefixes`` once, or, when they do not fit, shares no memory and keeps the compute half."""
-    step_model, full = _defaults(step_model, None)
-    rows = []
-    for num_slots in (full // 3,) if budgets is None else budgets:
-        for count in num_prefixes:
-            requests = shared_prefix_trace(num_requests, shared_len, num_prefixes=count)
-            predicted = predict_trace(requests, shared_len, step_model, num_slots, num_prefixes=count)
-            label = {"KV slots": num_slots, "distinct prefixes": count, "prefix slots": count * shared_len}
-            rows.append(_row(label, predicted, measured_gain(requests, num_slots, step_model)))
-    return rows
-
-
-def bench() -> dict:
-    """Prefix caching's benchmarks for ``python -m kvlib bench`` (chapter 8): ShareGPT-like requests
-    behind a 1,024-token system prompt, predicted and measured, and under eviction."""
-    predicted = predicted_gain(0.5, 2 * 161, 338)
-    requests = shared_prefix_trace(96, 1024)
-    measured = measured_gain(requests)
-    evicted = eviction_table(num_prefixes=(16,))[0]
-    return {
-        "prefix_predicted_compute_saved_half_shared": round(predicted.prefill_share_saved, 4),
-        "prefix_predicted_throughput_ratio_1024": round(predict_trace(requests, 1024).throughput_ratio, 3),
-        "prefix_measured_throughput_ratio_1024": round(measured.throughput_ratio, 3),
-        "prefix_measured_throughput_ratio_evicted": round(evicted["measured: throughput on / off"], 3),
-    }

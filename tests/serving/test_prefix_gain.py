@@ -1,5 +1,5 @@
-"""Prefix caching predicted and measured (kvlib.serving.prefix_gain, chapter 8): hits by hand, the
-compute and memory halves of the gain by hand, and the simulator's measurement beside them."""
+"""Prefix caching predicted and measured (kvlib.serving.prefix_gain and prefix_measured, chapter 8): hits
+by hand, the compute and memory halves of the gain by hand, and the simulator's measurement beside them."""
 
 import pytest
 from hypothesis import given, settings
@@ -7,15 +7,8 @@ from hypothesis import strategies as st
 
 from kvlib import KVLibError
 from kvlib.serving.gpu_model import roofline_step_model
-from kvlib.serving.prefix_gain import (
-    admissions_per_step,
-    eviction_table,
-    measured_gain,
-    predict_trace,
-    predicted_gain,
-    prefix_hit_tokens,
-    shared_prefix_trace,
-)
+from kvlib.serving.prefix_gain import admissions_per_step, predict_trace, predicted_gain, prefix_hit_tokens
+from kvlib.serving.prefix_measured import eviction_table, gain_table, measured_gain, shared_prefix_trace
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.traces import SHAREGPT, TraceSpec, make_trace
 
@@ -93,6 +86,13 @@ def test_the_simulator_measures_a_gain_where_the_prediction_expects_one():
     assert measured.prefill_saved_share > 0.4 and predicted.shared_fraction > 0.5
     assert measured.throughput_ratio > 1.2 and predicted.throughput_ratio > 1.2
     assert measured.batch_with > 1.3 * measured.batch_without
+
+
+def test_short_outputs_gain_more_than_long_ones_in_the_table():
+    (short,) = gain_table(shared_lens=(256,), mean_outputs=(16.0,))
+    long = predict_trace(shared_prefix_trace(96, 256), 256)
+    assert short["predicted: compute saved at equal batch (%)"] > 5 * 100 * long.prefill_share_saved
+    assert short["measured: throughput on / off"] > 1.3 and short["shared tokens"] == 256
 
 
 def test_too_few_requests_to_saturate_are_refused():
