@@ -31,7 +31,7 @@ class FlagRow:
     in_kvlib: str  # what the knob does in kvlib, where it differs
 
 
-SIM, ENGINE, SCHED = (
+_SIM, _ENGINE, _SCHED = (
     "kvlib.serving.simulator.simulate",
     "kvlib.serving.engine.run_engine",
     "kvlib.serving.scheduler",
@@ -40,7 +40,7 @@ SIM, ENGINE, SCHED = (
 VLLM_FLAG_ROWS = (
     FlagRow(
         "--block-size",
-        (f"{SIM}(block_size)", f"{ENGINE}(block_size)", "kvlib.serving.gpu_model.kv_budget(block_size)"),
+        (f"{_SIM}(block_size)", f"{_ENGINE}(block_size)", "kvlib.serving.gpu_model.kv_budget(block_size)"),
         "Token slots per KV block (default 16). Larger blocks waste more of each request's last "
         "block and cache prefixes more coarsely; smaller ones make longer block tables.",
         "The same unit (chapter 3); prefix caching shares whole blocks only.",
@@ -57,27 +57,27 @@ VLLM_FLAG_ROWS = (
     ),
     FlagRow(
         "--max-num-seqs",
-        (f"{SCHED}.SchedulerConfig.max_num_seqs",),
+        (f"{_SCHED}.SchedulerConfig.max_num_seqs",),
         "Most sequences in one step's batch (256 in V0; V1 picks a default by hardware and entry point).",
         "The same cap; chapter 4 shows when it, not memory, bounds the batch.",
     ),
     FlagRow(
         "--max-num-batched-tokens",
-        (f"{SCHED}.SchedulerConfig.max_prefill_tokens", f"{SCHED}.SchedulerConfig.max_num_batched_tokens"),
+        (f"{_SCHED}.SchedulerConfig.max_prefill_tokens", f"{_SCHED}.SchedulerConfig.max_num_batched_tokens"),
         "Tokens one step may compute. Without chunked prefill it bounds the prompts admitted per "
         "step; with it, decodes take one token each first and chunks of prompts fill the rest.",
         "max_prefill_tokens without chunking (a cached prefix counts), max_num_batched_tokens with it.",
     ),
     FlagRow(
         "--enable-chunked-prefill",
-        (f"{SCHED}.SchedulerConfig.enable_chunked_prefill",),
+        (f"{_SCHED}.SchedulerConfig.enable_chunked_prefill",),
         "Split long prompts into chunks scheduled beside decodes (Sarathi-Serve): steadier time per "
         "output token for a later first token. Always on in V1.",
         "Off by default, so that chapter 4's runs are the paper's.",
     ),
     FlagRow(
         "--enable-prefix-caching",
-        (f"{SIM}(enable_prefix_caching)", "kvlib.paged.block_manager.BlockManager(enable_prefix_caching)"),
+        (f"{_SIM}(enable_prefix_caching)", "kvlib.paged.block_manager.BlockManager(enable_prefix_caching)"),
         "Hash every full block with its prefix; a new request reuses the blocks of its longest "
         "cached prefix; freed cached blocks stay until evicted (LRU). On by default in V1.",
         "The same hashing and eviction order (chapter 3); kvlib.serving.prefix_gain predicts the gain.",
@@ -94,14 +94,14 @@ VLLM_FLAG_ROWS = (
     ),
     FlagRow(
         "--swap-space",
-        (f"{SCHED}.SchedulerConfig.num_host_blocks",),
+        (f"{_SCHED}.SchedulerConfig.num_host_blocks",),
         "CPU memory per GPU, in GiB (default 4), for the blocks of preempted requests in V0's swap "
         "mode (and for parallel sampling); V1 preempts by recomputation.",
         "Counted in blocks, not GiB: GiB x 2**30 / (block_size x bytes per token).",
     ),
     FlagRow(
         "--preemption-mode",
-        (f"{SCHED}.SchedulerConfig.preemption_mode",),
+        (f"{_SCHED}.SchedulerConfig.preemption_mode",),
         "V0 only: recompute (drop the blocks, prefill again later) or swap (copy them to the CPU "
         "and back). V1 refuses the flag and always recomputes.",
         "recompute (default) or swap, into a host pool of num_host_blocks.",
@@ -127,27 +127,27 @@ VLLM_FLAG_ROWS = (
     ),
     FlagRow(
         "--speculative-config",
-        (f"{ENGINE}(num_speculative_tokens)", f"{ENGINE}(draft)"),
+        (f"{_ENGINE}(num_speculative_tokens)", f"{_ENGINE}(draft)"),
         'JSON, e.g. {"model": DRAFT, "num_speculative_tokens": 5} (earlier: --speculative-model '
         "and --num-speculative-tokens): a draft proposes k tokens, the target checks them in one pass.",
         "A draft TinyLlama and k; rejected tokens' slots are rolled back in the paged cache.",
     ),
     FlagRow(
         "--max-model-len",
-        (f"{SIM}(max_len)", f"{ENGINE}(max_len)"),
+        (f"{_SIM}(max_len)", f"{_ENGINE}(max_len)"),
         "Longest request (prompt + output) the engine accepts; vLLM refuses to start if one such "
         "request does not fit in the KV cache.",
         "Also the reservation of the max policy (the paper's baselines).",
     ),
     FlagRow(
         "(none)",
-        (f"{SIM}(policy)",),
+        (f"{_SIM}(policy)",),
         "vLLM always pages its cache.",
         "max, pow2 and oracle reserve contiguous memory per request: the paper's baselines (chapter 4).",
     ),
     FlagRow(
         "(none)",
-        (f"{SIM}(watermark)",),
+        (f"{_SIM}(watermark)",),
         "V0's block manager keeps 1 % of the blocks free at admission (watermark=0.01), not a flag.",
         "The same share, a knob here (chapter 4's watermark sweep).",
     ),
