@@ -79,9 +79,9 @@ class MeasuredGain:
     """One trace simulated with prefix caching off and on (the paged policy)."""
 
     throughput_ratio: float  # output tokens per second while requests wait, on over off
-    prefill_saved_share: (
-        float  # 1 - prompt tokens computed on / off (recomputation after preemption included)
-    )
+    # 1 - prompt tokens computed on / off, recomputation after preemption included: it may exceed the
+    # cached share of the prompts, since a preempted request recomputed later finds its own blocks cached
+    prefill_saved_share: float
     batch_without: float  # mean sequences per step while requests wait, caching off
     batch_with: float  # the same, caching on
     num_preemptions_without: int  # preemptions (by recomputation), caching off
