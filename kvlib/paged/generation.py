@@ -31,16 +31,37 @@ from kvlib.paged.usage import BlockSnapshot, block_snapshot
 
 @torch.inference_mode()
 def prefill(
-    model: TinyLlama, cache: PagedKVCache, seq_id: int, token_ids: Sequence[int], num_cached: int
+    model: TinyLlama,
+    cache: PagedKVCache,
+    seq_id: int,
+    token_ids: Sequence[int],
+    num_cached: int,
+    end: int | None = None,
 ) -> torch.Tensor:
     """Run the model over an allocated sequence's tokens past its ``num_cached`` cached ones.
 
     ``token_ids`` is the list the sequence was allocated with. Returns the logits of its
-    last token, (vocab,): they choose the first new token.
+    last token, (vocab,): they choose the first new token. ``end`` (chapter 8's chunked
+    prefill): run only ``token_ids[num_cached:end]``, a chunk, over the K/V of the
+    ``num_cached`` before it, which earlier chunks wrote; the logits are the chunk's last
+    token's, of use only when the chunk ends the sequence.
     """
-    cache.schedule([seq_id])
+    if end is None or end == len(token_ids):
+        cache.schedule([seq_id])
+        end = len(token_ids)
+    else:
+        if not num_cached < end <= len(token_ids):
+            raise KVLibError(
+                f"a chunk [{num_cached}:{end}] outside sequence {seq_id} of {len(token_ids)} tokens"
+            )
+        cache.schedule([seq_id], partial=True)
+    if end != len(token_ids) and cache.manager.num_computed(seq_id) != num_cached:
+        raise KVLibError(
+            f"sequence {seq_id}: a chunk starts at {num_cached}, but {cache.manager.num_computed(seq_id)} "
+            "of its tokens have K/V"
+        )
     device = cache.k.device
-    uncached = torch.tensor([list(token_ids[num_cached:])], device=device)  # (1, uncached tokens)
+    uncached = torch.tensor([list(token_ids[num_cached:end])], device=device)  # (1, chunk tokens)
     return model(uncached, cache, last_only=True)[0, -1]  # (1, 1, vocab) -> (vocab,)
 
 

@@ -78,6 +78,8 @@ class PagedKVCache:
         # K, V, scores: shared by all layers, which run in turn
         self._buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())
         self._batch: list[int] = []
+        self._partial = False  # may the next pass run only the first of the tokens lacking K/V?
+        self._ends: list[int] = []  # per scheduled sequence: its tokens with K/V after the pass
         self._metadata: AttentionMetadata | None = None
 
     @classmethod
@@ -109,8 +111,12 @@ class PagedKVCache:
         self.v[:, dst] = self.v[:, src]
         self.num_copies += 1
 
-    def schedule(self, seq_ids: Sequence[int]) -> None:
-        """Choose the sequences (in batch order) of the next forward pass."""
+    def schedule(self, seq_ids: Sequence[int], partial: bool = False) -> None:
+        """Choose the sequences (in batch order) of the next forward pass.
+
+        ``partial``: the pass may run fewer tokens than lack K/V, the next ones in order (a chunk
+        of a prompt, chapter 8's chunked prefill); only those are marked computed.
+        """
         if not seq_ids:
             raise KVLibError("schedule needs at least one sequence")
         for seq_id in seq_ids:
@@ -118,6 +124,7 @@ class PagedKVCache:
         if len(set(seq_ids)) != len(seq_ids):
             raise KVLibError(f"a sequence appears twice in the batch {list(seq_ids)}")
         self._batch = list(seq_ids)
+        self._partial = partial
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Positions (batch, num_new) of each scheduled sequence's tokens that have no K/V yet."""
@@ -129,13 +136,14 @@ class PagedKVCache:
         starts, slots = [], []
         for seq_id in self._batch:
             start, length = manager.num_computed(seq_id), manager.num_tokens(seq_id)
-            if length - start != num_new:
+            if length - start != num_new and not (self._partial and num_new < length - start):
                 raise KVLibError(
                     f"sequence {seq_id} has {length - start} tokens without K/V, "
                     f"but the model was given {num_new}"
                 )
-            slots += [manager.slot(seq_id, pos) for pos in range(start, length)]
+            slots += [manager.slot(seq_id, pos) for pos in range(start, start + num_new)]
             starts.append(start)
+        self._ends = [start + num_new for start in starts]  # tokens with K/V once the pass is done
         self._check_private(slots)
         tables = [manager.block_table(s) for s in self._batch]
         width = max(map(len, tables))
@@ -187,8 +195,8 @@ class PagedKVCache:
                 metadata.mask,
             )  # (batch, num_heads, num_new, head_dim)
         if layer == self.num_layers - 1:  # the forward pass is complete: these K/V now exist
-            for seq_id in self._batch:
-                self.manager.mark_computed(seq_id)
+            for seq_id, end in zip(self._batch, self._ends, strict=True):
+                self.manager.mark_computed(seq_id, end)
         return out
 
     def read(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

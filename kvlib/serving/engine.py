@@ -32,6 +32,8 @@ from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.simulator import checked_requests
+from kvlib.serving.speculative_engine import speculator
+from kvlib.serving.swap import HostPool
 from kvlib.serving.traces import Request
 from kvlib.serving.types import StepPlan
 
@@ -43,17 +45,26 @@ def engine_clock(device: torch.device) -> str:
 
 
 @torch.inference_mode()
-def execute(model: TinyLlama, cache: PagedKVCache, plan: StepPlan) -> list[int]:
-    """Run one step's forward passes; returns the greedy next token of each planned sequence (prefills first).
+def execute(model: TinyLlama, cache: PagedKVCache, plan: StepPlan, speculate=None) -> list:
+    """Run one step's forward passes; returns the greedy next token of each planned sequence that gets
+    one (``plan.seqs``: prefills first).
 
-    Each prefill is its own forward pass; all decodes share one. The scheduler's memory
-    has already given every decoding sequence's newest token its slot, so the decode step
-    appends none.
+    Each prefill (or prefill chunk: chapter 8) is its own forward pass over ``tokens[start:end]``,
+    the K/V before ``start`` already in the cache; only a chunk that ends its sequence yields a
+    token. All decodes share one pass. The scheduler's memory has already given every decoding
+    sequence's newest token its slot, so the decode step appends none. ``speculate(seqs)``, if
+    given, decodes instead and returns a list of new tokens per sequence (speculative decoding).
     """
-    tokens = [
-        int(prefill(model, cache, seq.seq_id, seq.tokens, cached).argmax()) for seq, cached in plan.prefills
-    ]
-    if plan.decodes:
+    tokens: list = []
+    for seq, start, end in plan.chunks:
+        logits = prefill(
+            model, cache, seq.seq_id, seq.tokens, start, None if plan.prefill_ends is None else end
+        )
+        if end == len(seq.tokens):
+            tokens.append(int(logits.argmax()))
+    if plan.decodes and speculate is not None:
+        tokens += speculate(list(plan.decodes))
+    elif plan.decodes:
         seq_ids, token_ids = [s.seq_id for s in plan.decodes], [s.tokens for s in plan.decodes]
         tokens += greedy(decode_step(model, cache, seq_ids, token_ids, append_slots=False))
     return tokens
@@ -69,6 +80,8 @@ def run_engine(
     config: SchedulerConfig | None = None,
     progress: bool = True,
     clock: str = "wall",
+    draft: TinyLlama | None = None,
+    num_speculative_tokens: int = 0,
 ) -> RunResult:
     """Serve ``requests`` with the model under one policy and a budget of ``num_slots`` token slots.
 
@@ -77,17 +90,26 @@ def run_engine(
     ``steps["clock_s"]`` the same steps read on ``clock`` (``"thread"``: the CPU time of
     this thread, which :func:`race_engine` uses). Each finished request's tokens are in
     ``result.finished[i].tokens`` (prompt, then its output).
+
+    Chapter 8: ``config`` may turn on chunked prefill and swapping (the host pool, a CPU
+    tensor of ``config.num_host_blocks`` blocks, pinned on a GPU); ``draft`` with
+    ``num_speculative_tokens`` >= 1 decodes speculatively
+    (:func:`kvlib.serving.speculative.speculative_decode`), the draft's cache beside the target's.
     """
     config = SchedulerConfig() if config is None else config
+    if not isinstance(config, SchedulerConfig):
+        raise KVLibError(f"config must be a SchedulerConfig or None, not {type(config).__name__}")
     requests = checked_requests(requests)
     device = model.lm_head.weight.device
     if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
         raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")
     num_blocks = num_slots // block_size + (0 if policy == "paged" else config.max_num_seqs)
     cache = PagedKVCache.for_model(model, num_blocks, block_size, enable_prefix_caching=False)
+    host = HostPool(config.num_host_blocks, block_size, cache) if config.preemption_mode == "swap" else None
     scheduler = Scheduler(
-        make_memory(policy, num_slots, max_len, block_size, manager=cache.manager), requests, config
+        make_memory(policy, num_slots, max_len, block_size, manager=cache.manager), requests, config, host
     )
+    speculate = speculator(model, draft, num_speculative_tokens, cache, max_len, config)
     durations, clocked = [], []  # per step: wall seconds (start + duration = finish), seconds on ``clock``
     with (
         one_cpu_thread(device),
@@ -96,20 +118,23 @@ def run_engine(
         start = time.perf_counter()
         while scheduler.has_work():
             now = time.perf_counter() - start
-            if not scheduler.running and not scheduler.waiting and scheduler.next_arrival() > now:
+            idle = not (scheduler.running or scheduler.waiting or scheduler.swapped)
+            if idle and scheduler.next_arrival() > now:
                 time.sleep(scheduler.next_arrival() - now)
                 now = time.perf_counter() - start
             step_start = read_clock(clock)
             plan = scheduler.schedule(now)
             if plan.num_seqs == 0:
                 raise KVLibError(f"policy {policy}: nothing can run with {num_slots} slots")
-            tokens = execute(model, cache, plan)
+            tokens = execute(model, cache, plan, speculate)
             synchronize(device)
             clocked.append(read_clock(clock) - step_start)
             end = time.perf_counter() - start
             durations.append(end - now)
             num_done = len(scheduler.finished)
             scheduler.complete(plan, tokens, end)
+            if speculate is not None:
+                speculate.forget(scheduler.running)
             bar.update(len(scheduler.finished) - num_done)
     result = result_from(scheduler, policy, durations)
     result.steps["clock_s"] = np.array(clocked)

@@ -111,8 +111,7 @@ class ReservedMemory:
     def mark_computed(self, plan: StepPlan) -> None:
         """The step's K/V exist now: the mirroring manager, if any, records it."""
         if self.manager is not None:
-            for seq in plan.seqs:
-                self.manager.mark_computed(seq.seq_id)
+            mark_plan_computed(self.manager, plan)
 
     def release(self, seq: SeqState) -> None:
         """Free the request's reservation (and its mirrored blocks)."""
@@ -238,8 +237,7 @@ class PagedMemory:
         """The step's K/V exist now (the simulator says so; the real cache marks them itself)."""
         if isinstance(self.manager, BlockCounter):
             return  # it keeps no prefix cache to update
-        for seq in plan.seqs:
-            self.manager.mark_computed(seq.seq_id)
+        mark_plan_computed(self.manager, plan)
 
     def breakdown(self, held: int, head: SeqState | None) -> tuple[int, ...]:
         """Slots holding tokens, empty slots of used blocks (``internal``), and free slots.
@@ -253,6 +251,19 @@ class PagedMemory:
         if getattr(manager, "enable_prefix_caching", False):
             held = stored_tokens(manager)
         return held, 0, used - held, 0, self.num_slots - used
+
+
+def mark_plan_computed(manager: BlockManager, plan: StepPlan) -> None:
+    """Tell a block manager which K/V a step wrote: each prefill's up to its chunk's end (all of its
+    tokens without chunked prefill), each decode's all."""
+    if plan.prefill_ends is None:
+        for seq in plan.seqs:
+            manager.mark_computed(seq.seq_id)
+        return
+    for seq, _, end in plan.chunks:
+        manager.mark_computed(seq.seq_id, end)
+    for seq in plan.decodes:
+        manager.mark_computed(seq.seq_id)
 
 
 def make_memory(

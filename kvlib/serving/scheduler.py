@@ -1,5 +1,5 @@
 """Which requests run at each step: first come, first served, continuous batching, and
-preemption by recomputation (chapter 4).
+preemption by recomputation (chapter 4); chunked prefill and swapping (chapter 8).
 
 The :class:`Scheduler` works with any memory that keeps the :class:`~kvlib.serving.types.Memory`
 contract (the policies of :mod:`kvlib.serving.placement`). At every step finished requests
@@ -7,6 +7,14 @@ have left and waiting ones join (continuous, or iteration-level, batching); a wa
 request never overtakes an earlier one, and no request is dropped.
 :func:`kvlib.serving.simulator.simulate` drives it with a step-time model instead of a
 model; :func:`kvlib.serving.engine.run_engine` drives it with :mod:`kvlib.model`.
+
+Chapter 8 adds what engines do now, each off by default (chapter 4's runs are unchanged):
+chunked prefill (Agrawal et al. 2024, Sarathi-Serve; vLLM's ``--enable-chunked-prefill``
+with ``--max-num-batched-tokens``): a budget of tokens computed per step, decodes first, the
+rest to chunks of prompts; swapping (Kwon et al. 2023, Section 4.5; vLLM's
+``--swap-space``): a preempted request's K/V go to a :class:`~kvlib.serving.swap.HostPool`
+and come back, instead of being recomputed; and several tokens per step and sequence from
+speculative decoding (:meth:`Scheduler.complete`).
 """
 
 from __future__ import annotations
@@ -14,9 +22,11 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from kvlib import KVLibError
 from kvlib.serving.arguments import require_count
+from kvlib.serving.swap import HostPool
 from kvlib.serving.traces import Request
 from kvlib.serving.types import Memory, SeqState, StepPlan, StepRecord
 
@@ -26,41 +36,89 @@ def _priority(seq: SeqState) -> tuple[float, int]:
     return seq.request.arrival_s, seq.request.req_id
 
 
+PREEMPTION_MODES = ("recompute", "swap")  # vLLM's --preemption-mode
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Limits of one step, as in vLLM (at least one prompt always fits)."""
+    """Limits of one step, as in vLLM (at least one prompt always fits), and chapter 8's options."""
 
     max_num_seqs: int = 256  # sequences running at once (decoding or being prefilled)
     max_prefill_tokens: int = 2048  # tokens of the prompts admitted at one step, their cached prefix included
+    enable_chunked_prefill: bool = False  # split prompts into chunks within a token budget per step
+    # with chunked prefill: tokens computed per step, one per decode first (None: max_prefill_tokens)
+    max_num_batched_tokens: int | None = None
+    preemption_mode: str = "recompute"  # "swap": K/V go to a host pool (recompute when it is full)
+    num_host_blocks: int = 0  # blocks of that host pool (vLLM's --swap-space, in blocks); swap needs >= 1
 
     def __post_init__(self):
         # 0 sequences would run nothing, ever: name it here rather than as "a request never fits"
         require_count(self.max_num_seqs, "max_num_seqs")
         require_count(self.max_prefill_tokens, "max_prefill_tokens")
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise KVLibError(
+                f"enable_chunked_prefill must be True or False, not {self.enable_chunked_prefill!r}"
+            )
+        if self.max_num_batched_tokens is not None:
+            require_count(self.max_num_batched_tokens, "max_num_batched_tokens")
+            if not self.enable_chunked_prefill:
+                raise KVLibError(
+                    "max_num_batched_tokens needs enable_chunked_prefill=True "
+                    "(without chunks, max_prefill_tokens bounds each step's prompts)"
+                )
+        if self.enable_chunked_prefill and self.token_budget < self.max_num_seqs:
+            # as vLLM requires: every running sequence can then decode at every step
+            raise KVLibError(
+                f"max_num_batched_tokens ({self.token_budget}) must be >= max_num_seqs ({self.max_num_seqs})"
+            )
+        if self.preemption_mode not in PREEMPTION_MODES:
+            raise KVLibError(f"unknown preemption_mode {self.preemption_mode!r}; choose recompute or swap")
+        require_count(self.num_host_blocks, "num_host_blocks", 0)
+        if self.preemption_mode == "swap" and self.num_host_blocks < 1:
+            raise KVLibError("preemption_mode 'swap' needs num_host_blocks >= 1 (the host pool)")
+
+    @property
+    def token_budget(self) -> int:
+        """With chunked prefill, tokens computed per step: ``max_num_batched_tokens``, or
+        ``max_prefill_tokens`` when that is None."""
+        return self.max_prefill_tokens if self.max_num_batched_tokens is None else self.max_num_batched_tokens
 
 
 class Scheduler:
-    """First come, first served, continuous batching, preemption by recomputation.
+    """First come, first served, continuous batching, preemption by recomputation (or swapping).
 
     Each :meth:`schedule` call plans one step; :meth:`complete` records the tokens the step
     produced and retires finished requests. The driver (the simulator or the real engine)
-    keeps the clock and runs the plans.
+    keeps the clock and runs the plans. ``host``: the host pool of ``preemption_mode="swap"``
+    (the drivers make it from ``config.num_host_blocks``).
     """
 
-    def __init__(self, memory: Memory, requests: list[Request], config: SchedulerConfig = SchedulerConfig()):
-        self.memory, self.config = memory, config
+    def __init__(
+        self,
+        memory: Memory,
+        requests: list[Request],
+        config: SchedulerConfig = SchedulerConfig(),
+        host: HostPool | None = None,
+    ):
+        if config.preemption_mode == "swap" and not isinstance(host, HostPool):
+            raise KVLibError("preemption_mode 'swap' needs a HostPool (host=...)")
+        self.memory, self.config, self.host = memory, config, host
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.req_id)))  # not arrived yet
         self.waiting: deque[SeqState] = deque()  # arrived, not running; preempted ones at the front
         self.running: list[SeqState] = []  # in priority order: oldest first
+        self.swapped: list[SeqState] = []  # swapped out to the host pool, in priority order
+        self.prefilling: dict[int, int] = {}  # chunked prefill: running seq_id -> its tokens computed so far
         self.finished: list[SeqState] = []  # in finishing order
-        self.num_preemptions = 0
-        self.preempted_generated: list[int] = []  # per preemption: tokens the victim had generated
+        self.num_preemptions = 0  # preemptions by recomputation
+        self.num_swaps = 0  # preemptions by swapping out
+        self.preempted_generated: list[int] = []  # per recomputation: tokens the victim had generated
         self.held = 0  # slots holding tokens, over running requests
         self.records: list[StepRecord] = []  # one per schedule() call
+        self._swaps: list[int] = []  # this step's copies to and from the host (tokens each)
 
     def has_work(self) -> bool:
-        """Is any request not finished (not arrived yet, waiting or running)?"""
-        return bool(self.pending or self.waiting or self.running)
+        """Is any request not finished (not arrived yet, waiting, swapped out or running)?"""
+        return bool(self.pending or self.waiting or self.running or self.swapped)
 
     def next_arrival(self) -> float:
         """When the next request that has not arrived yet arrives (``inf`` if none is left)."""
@@ -72,9 +130,26 @@ class Scheduler:
             self.waiting.append(SeqState(request, list(request.prompt)))
 
     def _preempt(self, seq: SeqState) -> None:
+        """Free a running request's memory: swapped out if the mode and the host pool allow, else recomputed.
+
+        A request still being prefilled in chunks is always recomputed (its K/V are incomplete).
+        """
         self.running.remove(seq)
+        mid_prefill = self.prefilling.pop(seq.seq_id, None) is not None
+        num_slotted = len(seq.tokens) - (0 if mid_prefill else 1)  # the newest token has no slot yet
+        swap = (
+            self.config.preemption_mode == "swap"
+            and not mid_prefill
+            and self.host.swap_out(seq.seq_id, num_slotted)
+        )
         self.memory.release(seq)
-        self.held -= len(seq.tokens) - 1
+        self.held -= num_slotted
+        if swap:
+            seq.num_swaps += 1
+            self.num_swaps += 1
+            self._swaps.append(num_slotted)
+            bisect.insort(self.swapped, seq, key=_priority)
+            return
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self.preempted_generated.append(seq.num_generated)
@@ -104,14 +179,29 @@ class Scheduler:
         4. Record: a :class:`~kvlib.serving.types.StepRecord` of the step is appended to
            :attr:`records`, with the memory's :meth:`Memory.breakdown` of the budget.
 
+        Chapter 8's options change steps 2 and 3. With ``preemption_mode="swap"`` a victim's
+        K/V go to the host pool (if it has room; else it is recomputed), and swapped-out
+        requests come back, oldest first, before any queued request is admitted (none is
+        while one is swapped out) and not at a step that preempted (unless nothing else
+        runs), as in vLLM. With chunked prefill each decode counts one token of
+        ``max_num_batched_tokens``; the rest goes to prompt chunks: first the prompt being
+        prefilled (oldest first), then queued requests, each the chunk that fits.
+
         Returns the :class:`~kvlib.serving.types.StepPlan`: the prefills (with the tokens
-        already cached) in admission order, then the decodes, oldest first. An empty plan
-        means nothing can run with this memory; the drivers raise then.
+        already cached, or the chunk's start) in admission order, then the decodes. An
+        empty plan means nothing can run with this memory; the drivers raise then.
         """
         self._arrive(now)
+        self._swaps = []
+        num_preempted = self.num_preemptions + self.num_swaps
         decodes = self._grow_running()
-        prefills = self._admit_waiting()
-        plan = StepPlan(tuple(prefills), tuple(decodes))
+        if self.swapped and (self.num_preemptions + self.num_swaps == num_preempted or not decodes):
+            decodes += self._swap_in()
+        if self.config.enable_chunked_prefill:
+            prefills, ends = self._chunk_prefills(len(decodes))
+        else:
+            prefills, ends = ([] if self.swapped else self._admit_waiting()), None
+        plan = StepPlan(tuple(prefills), tuple(decodes), prefill_ends=ends, swaps=tuple(self._swaps))
         self._record(now, plan)
         return plan
 
@@ -119,8 +209,8 @@ class Scheduler:
         """Step 2 of :meth:`schedule`: a slot for each running request's newest token (or preemptions)."""
         decodes, preempted = [], set()
         for seq in list(self.running):
-            if seq.seq_id in preempted:
-                continue  # preempted for an older request in this loop
+            if seq.seq_id in preempted or seq.seq_id in self.prefilling:
+                continue  # preempted for an older request in this loop, or still being prefilled
             while not self.memory.append(seq):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -132,6 +222,21 @@ class Scheduler:
                 self.held += 1
         return decodes
 
+    def _swap_in(self) -> list[SeqState]:
+        """Swapped-out requests back into memory, oldest first, while they fit: each decodes at once."""
+        back = []
+        while self.swapped and len(self.running) < self.config.max_num_seqs:
+            seq = self.swapped[0]
+            cached = self.memory.admit(seq)  # every token gets a slot, the newest included
+            if cached is None:
+                break
+            del self.swapped[0]
+            self._swaps.append(self.host.swap_in(seq.seq_id, cached))
+            bisect.insort(self.running, seq, key=_priority)
+            self.held += len(seq.tokens)
+            back.append(seq)
+        return back
+
     def _admit_waiting(self) -> list[tuple[SeqState, int]]:
         """Step 3 of :meth:`schedule`: queued requests, in order, while the limits and the memory allow."""
         prefills, budget = [], self.config.max_prefill_tokens
@@ -139,15 +244,44 @@ class Scheduler:
             seq = self.waiting[0]
             if prefills and len(seq.tokens) > budget:
                 break
-            cached = self.memory.admit(seq)
+            cached = self._admit(seq)
             if cached is None:
                 break
-            self.waiting.popleft()
-            bisect.insort(self.running, seq, key=_priority)
             prefills.append((seq, cached))
             budget -= len(seq.tokens)
-            self.held += len(seq.tokens)
         return prefills
+
+    def _admit(self, seq: SeqState) -> int | None:
+        """The first queued request into memory and the running list; its cached tokens, or ``None``."""
+        cached = self.memory.admit(seq)
+        if cached is not None:
+            self.waiting.popleft()
+            bisect.insort(self.running, seq, key=_priority)
+            self.held += len(seq.tokens)
+        return cached
+
+    def _chunk_prefills(self, num_decodes: int) -> tuple[list[tuple[SeqState, int]], list[int]]:
+        """Step 3 with chunked prefill: the token budget left after the decodes, to prompt chunks in order."""
+        budget = self.config.token_budget - num_decodes
+        prefills, ends = [], []
+        for seq in self.running:  # prompts being prefilled continue first, oldest first
+            start = self.prefilling.get(seq.seq_id)
+            if start is not None and budget > 0:
+                prefills.append((seq, start))
+                ends.append(min(len(seq.tokens), start + budget))
+                budget -= ends[-1] - start
+        while (
+            budget > 0 and self.waiting and not self.swapped and len(self.running) < self.config.max_num_seqs
+        ):
+            seq = self.waiting[0]
+            cached = self._admit(seq)
+            if cached is None:
+                break
+            self.prefilling[seq.seq_id] = cached
+            prefills.append((seq, cached))
+            ends.append(min(len(seq.tokens), cached + budget))
+            budget -= ends[-1] - cached
+        return prefills, ends
 
     def _record(self, now: float, plan: StepPlan) -> None:
         """Step 4 of :meth:`schedule`: what the step computes and where every slot is."""
@@ -158,22 +292,44 @@ class Scheduler:
                 plan.num_seqs,
                 plan.num_prefill_tokens,
                 plan.num_context_tokens,
-                len(self.waiting),
+                len(self.waiting) + len(self.swapped),
                 self.held,
                 len(plan.prefills),
+                plan.num_seqs if plan.prefill_ends is None else len(plan.seqs),
+                sum(plan.swaps),
                 *self.memory.breakdown(self.held, head),  # one value per category of CATEGORIES
             )
         )
 
-    def complete(self, plan: StepPlan, new_tokens: list[int], now: float) -> None:
-        """Record one new token per planned sequence (prefills first, then decodes), at time ``now``.
+    def complete(self, plan: StepPlan, new_tokens: list, now: float) -> None:
+        """Record the new tokens of each planned sequence that gets some (prefills first, then decodes),
+        at time ``now``.
 
-        The token goes to the end of ``seq.tokens`` (it gets its slot at the next step's
-        :meth:`schedule`); a request that has generated its output length finishes: its
-        memory is released and it moves to :attr:`finished`.
+        ``new_tokens[i]`` is the token of ``plan.seqs[i]``, or a list of its tokens (speculative
+        decoding, chapter 8: all but the last already have slots, given by the decoder); tokens
+        past the request's output length are dropped. The last token goes to the end of
+        ``seq.tokens`` without a slot (it gets one at the next step's :meth:`schedule`); a
+        request that has generated its output length finishes: its memory is released and it
+        moves to :attr:`finished`. A partial prefill's progress is recorded.
         """
+        if plan.prefill_ends is not None:
+            for seq, _, end in plan.chunks:
+                if end < len(seq.tokens):
+                    self.prefilling[seq.seq_id] = end
+                else:
+                    self.prefilling.pop(seq.seq_id, None)
+        num_new = 0
         for seq, token in zip(plan.seqs, new_tokens, strict=True):
-            seq.tokens.append(token)
+            if isinstance(token, list):
+                token = token[: seq.request.output_len - seq.num_generated]
+                if not token:
+                    raise KVLibError(f"sequence {seq.seq_id}: a step must give it at least one new token")
+                seq.tokens += token
+                self.held += len(token) - 1
+                num_new += len(token)
+            else:
+                seq.tokens.append(token)
+                num_new += 1
             seq.num_generated = len(seq.tokens) - seq.request.prompt_len
             if seq.first_token_s is None:
                 seq.first_token_s = now
@@ -183,3 +339,5 @@ class Scheduler:
                 self.memory.release(seq)
                 self.held -= len(seq.tokens) - 1
                 self.finished.append(seq)
+        if self.records and num_new != self.records[-1].new_tokens:
+            self.records[-1] = replace(self.records[-1], new_tokens=num_new)

@@ -19,6 +19,7 @@ from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.step_time import StepTimeModel
+from kvlib.serving.swap import HostPool, SwapTimeModel
 from kvlib.serving.traces import Request
 
 
@@ -33,6 +34,7 @@ def simulate(
     enable_prefix_caching: bool = False,
     allocator: str = "buddy",
     watermark: float = 0.01,
+    swap_model: SwapTimeModel | None = None,
 ) -> RunResult:
     """Serve ``requests`` with one policy and a budget of ``num_slots`` token slots; time from ``step_model``.
 
@@ -40,7 +42,11 @@ def simulate(
     since only lengths and timing matter here. ``allocator`` places the reservations of
     ``max``, ``pow2`` and ``oracle``; ``watermark`` is the share of blocks ``paged`` keeps
     free at admission (see :func:`kvlib.serving.placement.make_memory`). ``config``: the
-    scheduler's step limits (default :class:`SchedulerConfig`'s).
+    scheduler's step limits (default :class:`SchedulerConfig`'s), and chapter 8's chunked
+    prefill and swapping. With ``config.preemption_mode="swap"`` a host pool of
+    ``config.num_host_blocks`` blocks is counted, and ``swap_model`` (required then: for
+    example :func:`kvlib.serving.swap_analysis.a100_swap_model`) times each step's copies,
+    added to the step's time (vLLM copies before the forward pass).
     """
     requests = checked_requests(requests)
     if not isinstance(step_model, StepTimeModel):
@@ -51,6 +57,11 @@ def simulate(
         )
     if config is not None and not isinstance(config, SchedulerConfig):
         raise KVLibError(f"config must be a SchedulerConfig or None, not {type(config).__name__}")
+    config = SchedulerConfig() if config is None else config
+    if swap_model is not None and not isinstance(swap_model, SwapTimeModel):
+        raise KVLibError(f"swap_model must be a SwapTimeModel or None, not {type(swap_model).__name__}")
+    if config.preemption_mode == "swap" and swap_model is None:
+        raise KVLibError("preemption_mode 'swap' needs a swap_model to time the copies (a SwapTimeModel)")
     max_len = require_count(max_len, "max_len")
     longest = max(r.total_len for r in requests)
     if longest > max_len:
@@ -64,10 +75,11 @@ def simulate(
         allocator=allocator,
         watermark=watermark,
     )
-    scheduler = Scheduler(memory, requests, SchedulerConfig() if config is None else config)
+    host = HostPool(config.num_host_blocks, block_size) if config.preemption_mode == "swap" else None
+    scheduler = Scheduler(memory, requests, config, host)
     now, durations = 0.0, []
     while scheduler.has_work():
-        if not scheduler.running and not scheduler.waiting:
+        if not scheduler.running and not scheduler.waiting and not scheduler.swapped:
             now = max(now, scheduler.next_arrival())
         plan = scheduler.schedule(now)
         if plan.num_seqs == 0:  # the checks above and make_memory's leave no known way here
@@ -75,10 +87,12 @@ def simulate(
                 f"policy {policy}: nothing can run with {num_slots} slots (a request never fits)"
             )
         duration = step_model.step_s(plan)
+        if plan.swaps:
+            duration += swap_model.step_s(plan.swaps)
         now += duration
         durations.append(duration)
         memory.mark_computed(plan)
-        scheduler.complete(plan, [0] * plan.num_seqs, now)
+        scheduler.complete(plan, [0] * len(plan.seqs), now)
     return result_from(scheduler, policy, durations)
 
 

@@ -10,6 +10,9 @@ The simulator (:func:`kvlib.serving.simulator.simulate`) uses it as its clock.
 :func:`fit_step_time` fits the constants to measured steps of :mod:`kvlib.model`
 (:func:`kvlib.serving.calibration.calibrate` measures them);
 :func:`kvlib.serving.gpu_model.roofline_step` derives them from a GPU's data sheet instead.
+Chapter 8's ``overlapped`` model takes the larger of the memory part (the first and third
+terms) and the compute part (the others) instead of their sum: a memory-bound decode step
+then absorbs prompt tokens for free, which chunked prefill exploits.
 """
 
 from __future__ import annotations
@@ -35,14 +38,25 @@ class StepTimeModel:
     per_context_s: float  # seconds per cached token a decoding sequence reads
     per_prefill_s: float  # seconds per prompt token prefilled
     source: str = ""  # where the constants come from (a calibration, a data sheet)
+    # chapter 8: a step takes the larger of its memory part (fixed_s, per_context_s) and its compute
+    # part (per_seq_s, per_prefill_s), as on a roofline, instead of their sum (the default)
+    overlapped: bool = False
 
     def __post_init__(self):
         # a negative or NaN constant gives negative or NaN step times, and throughput of the same sign
         for term in TERMS:
             require_real(getattr(self, term), f"StepTimeModel.{term} (seconds)")
+        if not isinstance(self.overlapped, bool):
+            raise KVLibError(f"StepTimeModel.overlapped must be True or False, not {self.overlapped!r}")
 
     def predict(self, num_seqs, num_context_tokens, num_prefill_tokens):
         """Seconds of steps with these counts (numbers or arrays of one shape: one step each)."""
+        if self.overlapped:
+            memory = self.fixed_s + self.per_context_s * np.asarray(num_context_tokens)
+            compute = self.per_seq_s * np.asarray(num_seqs) + self.per_prefill_s * np.asarray(
+                num_prefill_tokens
+            )
+            return np.maximum(memory, compute)
         return (
             self.fixed_s
             + self.per_seq_s * np.asarray(num_seqs)
@@ -52,6 +66,11 @@ class StepTimeModel:
 
     def step_s(self, plan: StepPlan) -> float:
         """Seconds of one planned step (plain arithmetic: the simulator calls this at every step)."""
+        if self.overlapped:
+            return max(
+                self.fixed_s + self.per_context_s * plan.num_context_tokens,
+                self.per_seq_s * plan.num_seqs + self.per_prefill_s * plan.num_prefill_tokens,
+            )
         return (
             self.fixed_s
             + self.per_seq_s * plan.num_seqs

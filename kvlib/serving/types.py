@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from kvlib import KVLibError
 from kvlib.serving.traces import Request
 
 # Where every slot of the budget is, in the order of Memory.breakdown and of StepRecord's last fields:
@@ -39,6 +40,7 @@ class SeqState:
     tokens: list[int]  # prompt, then generated tokens; all but the newest have a slot
     num_generated: int = 0  # tokens generated so far (kept across a preemption)
     num_preemptions: int = 0  # times this request was preempted and recomputed
+    num_swaps: int = 0  # times it was preempted by swapping its K/V out to host memory (chapter 8)
     first_token_s: float | None = None  # when its first output token was produced
     finish_s: float | None = None  # when its last output token was produced
 
@@ -57,28 +59,54 @@ class SeqState:
 class StepPlan:
     """What one forward pass computes: prompts to prefill (with their cached prefix) and sequences to decode.
 
-    The two totals are computed when the plan is made, from the sequences' lengths at that
+    The totals are computed when the plan is made, from the sequences' lengths at that
     moment (the step's new tokens are appended to ``tokens`` later, by the scheduler).
+    With chunked prefill (chapter 8) a prefill may compute only a chunk of its sequence,
+    ``tokens[start:end]``: ``prefill_ends`` holds each chunk's end, and a chunk that stops
+    short of the sequence's end (a *partial* prefill) produces no token.
     """
 
-    prefills: tuple[tuple[SeqState, int], ...]  # (sequence, its tokens already in the prefix cache)
+    prefills: tuple[tuple[SeqState, int], ...]  # (sequence, its first token computed: cached prefix or chunk)
     decodes: tuple[SeqState, ...]  # sequences that compute one token each, oldest first
+    # where each prefill's chunk ends (one per prefill); None: every prefill runs to its sequence's end
+    prefill_ends: tuple[int, ...] | None = field(default=None, kw_only=True)
+    swaps: tuple[int, ...] = field(default=(), kw_only=True)  # K/V tokens of each copy to or from the host
     num_prefill_tokens: int = field(init=False)  # prompt tokens the prefills compute (cached ones excluded)
     num_context_tokens: int = field(init=False)  # K/V the decodes read (their lengths, newest token included)
+    ends: tuple[int, ...] = field(init=False)  # where each prefill stops, as the plan was made
+    done: tuple[SeqState, ...] = field(init=False)  # prefills that reach their sequence's end: get a token
 
     def __post_init__(self):
         # frozen: the totals are set once, through object.__setattr__
-        object.__setattr__(self, "num_prefill_tokens", sum(len(s.tokens) - n for s, n in self.prefills))
+        if self.prefill_ends is None:
+            ends = tuple(len(s.tokens) for s, _ in self.prefills)
+            done = tuple(s for s, _ in self.prefills)
+        else:
+            ends = tuple(self.prefill_ends)
+            if len(ends) != len(self.prefills):
+                raise KVLibError(f"prefill_ends has {len(ends)} ends for {len(self.prefills)} prefills")
+            done = tuple(s for (s, _), end in zip(self.prefills, ends, strict=True) if end == len(s.tokens))
+        object.__setattr__(self, "ends", ends)
+        object.__setattr__(self, "done", done)
+        computed = sum(end - n for (_, n), end in zip(self.prefills, ends, strict=True))
+        object.__setattr__(self, "num_prefill_tokens", computed)
         object.__setattr__(self, "num_context_tokens", sum(len(s.tokens) for s in self.decodes))
 
     @property
+    def chunks(self) -> list[tuple[SeqState, int, int]]:
+        """Each prefill as (sequence, start, end): the model runs over ``tokens[start:end]``."""
+        return [(s, n, end) for (s, n), end in zip(self.prefills, self.ends, strict=True)]
+
+    @property
     def seqs(self) -> list[SeqState]:
-        """Prefilled sequences first, then decoded ones: the order of the step's new tokens."""
-        return [s for s, _ in self.prefills] + list(self.decodes)
+        """Sequences that get a new token, prefilled ones first, then decoded ones: the order of the
+        step's new tokens (a partial prefill gets none)."""
+        return list(self.done) + list(self.decodes)
 
     @property
     def num_seqs(self) -> int:
-        """Sequences that get a new token at this step."""
+        """Sequences computed at this step (a partial prefill included): without chunked prefill,
+        those that get a new token."""
         return len(self.prefills) + len(self.decodes)
 
 
@@ -87,7 +115,8 @@ class StepRecord:
     """What the scheduler records about one step, when it plans it.
 
     The field names are the keys of :attr:`kvlib.serving.results.RunResult.steps`; the last
-    five are :data:`CATEGORIES`, in slots, summing to the budget.
+    five are :data:`CATEGORIES`, in slots, summing to the budget. ``new_tokens`` equals
+    ``num_seqs`` unless a prompt is prefilled in chunks or tokens are speculated (chapter 8).
     """
 
     start_s: float  # when the step was planned, on the driver's clock (seconds)
@@ -96,7 +125,9 @@ class StepRecord:
     context_tokens: int  # K/V tokens the decodes read, each newest token included
     num_waiting: int  # requests arrived but not admitted, after this step's admissions
     held_tokens: int  # slots holding tokens of running requests (a shared token once per request)
-    num_prefills: int  # prompts prefilled (each one forward pass of the real engine)
+    num_prefills: int  # prompts prefilled (each one forward pass of the real engine), chunks included
+    new_tokens: int  # tokens generated: one per decode and finished prefill (speculative decoding: more)
+    swapped_tokens: int  # K/V tokens copied between device and host memory (swapping, chapter 8)
     tokens: int  # slots storing tokens (a block shared by prefix caching counted once)
     reserved: int  # slots reserved for tokens the running requests will still produce
     internal: int  # slots taken that no token will fill (policy or allocator rounding, last blocks)

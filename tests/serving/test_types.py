@@ -84,6 +84,6 @@ def test_a_step_plan_is_frozen_and_totals_what_it_computes_when_made():
 def test_a_step_record_ends_with_the_budgets_categories():
     names = [f.name for f in dataclasses.fields(StepRecord)]
     assert tuple(names[-len(CATEGORIES) :]) == CATEGORIES
-    record = StepRecord(0.0, 1, 2, 3, 4, 5, 6, *range(5))
+    record = StepRecord(0.0, 1, 2, 3, 4, 5, 6, 1, 0, *range(5))
     with pytest.raises(dataclasses.FrozenInstanceError):
         record.num_seqs = 2

@@ -1,0 +1,145 @@
+"""Chunked prefill's trade-off (chapter 8): the per-step token budget against TTFT and TPOT, and ``bench()``.
+
+Without chunks a step that admits a long prompt computes all of it, and every running
+request waits for that step: its next token comes late. Sarathi-Serve (Agrawal et al. 2024)
+splits prompts into chunks that fit a budget of tokens per step beside the decodes (vLLM's
+``--enable-chunked-prefill`` with ``--max-num-batched-tokens``; the scheduler's
+:class:`~kvlib.serving.scheduler.SchedulerConfig`): a smaller budget bounds every step and
+so the gaps between tokens, but a prompt takes more steps to finish, so its first token
+comes later. :func:`chunked_prefill_sweep` measures both on the A100 OPT-13B model
+(:func:`kvlib.serving.gpu_model.roofline_step_model`) over a ShareGPT-like trace at one
+request rate: TTFT and TPOT at p50 and p99 (:func:`kvlib.serving.latency.latency_summary`)
+and the gaps between tokens (:func:`inter_token_latencies`). :func:`bench` also checks
+that the real engine generates the same tokens with and without chunks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from kvlib import KVLibError
+from kvlib.serving.arguments import require_count, require_real
+from kvlib.serving.gpu_model import kv_budget, roofline_step_model
+from kvlib.serving.latency import latency_summary
+from kvlib.serving.results import RunResult
+from kvlib.serving.scheduler import SchedulerConfig
+from kvlib.serving.simulator import simulate
+from kvlib.serving.step_time import StepTimeModel
+from kvlib.serving.traces import SHAREGPT, TraceSpec, make_trace
+
+TOKEN_BUDGETS = (
+    None,
+    256,
+    512,
+    1024,
+    2048,
+)  # None: no chunking (chapter 4's scheduler); 512: vLLM V0's default
+
+SWEEP_RATE = 3.0  # requests/s: the A100 model's paged server is busy but keeps up (it saturates near 4)
+
+
+def chunked_config(budget: int | None, max_num_seqs: int = 256) -> SchedulerConfig:
+    """The scheduler's config for one budget: ``None`` is chapter 4's (no chunks), an int the token budget."""
+    if budget is None:
+        return SchedulerConfig(max_num_seqs=max_num_seqs)
+    return SchedulerConfig(
+        max_num_seqs=max_num_seqs, enable_chunked_prefill=True, max_num_batched_tokens=budget
+    )
+
+
+def inter_token_latencies(run: RunResult) -> np.ndarray:
+    """Seconds between consecutive tokens of a request, one per decode of every step (1-D).
+
+    A decode's token comes at the end of its step, the previous one at the end of the step
+    before it ran; when the request decodes at every step, the gap is the step's duration.
+    Each step counts once per sequence it decodes (``num_seqs - num_prefills``).
+    """
+    steps = run.steps
+    decodes = (steps["num_seqs"] - steps["num_prefills"]).astype(np.int64)  # (steps,)
+    return np.repeat(steps["duration_s"], decodes)
+
+
+def sweep_row(run: RunResult, budget: int | None) -> dict:
+    """One row of :func:`chunked_prefill_sweep`: the run's latencies (seconds) under ``budget``."""
+    summary, gaps = latency_summary(run), inter_token_latencies(run)
+    return {
+        "budget": "off" if budget is None else budget,
+        "ttft_p50_s": summary.ttft_p50_s,
+        "ttft_p99_s": summary.ttft_p99_s,
+        "tpot_p50_s": summary.tpot_p50_s,
+        "tpot_p99_s": summary.tpot_p99_s,
+        "itl_p99_s": float(np.percentile(gaps, 99)) if gaps.size else math.nan,
+        "max_step_s": float(run.steps["duration_s"].max()),
+        "num_preemptions": run.num_preemptions,
+    }
+
+
+def chunked_prefill_sweep(
+    budgets=TOKEN_BUDGETS,
+    rate: float = SWEEP_RATE,
+    num_requests: int = 500,
+    spec: TraceSpec = SHAREGPT,
+    seed: int = 0,
+    step_model: StepTimeModel | None = None,
+    num_slots: int | None = None,
+    max_num_seqs: int = 256,
+    progress: bool = True,
+) -> list[dict]:
+    """TTFT, TPOT and inter-token latency (p50/p99, seconds) for each token budget, one row each.
+
+    The same ``num_requests`` requests of ``spec`` arrive at ``rate`` per second (Poisson,
+    ``seed``) under the ``paged`` policy; ``step_model`` defaults to the A100 OPT-13B roofline,
+    ``num_slots`` to its KV budget (:func:`kvlib.serving.gpu_model.kv_budget`). A budget is
+    ``None`` (no chunking) or an integer >= ``max_num_seqs`` (as vLLM requires).
+    """
+    rate = require_real(rate, "rate", positive=True)
+    require_count(num_requests, "num_requests")
+    budgets = list(budgets)
+    if not budgets:
+        raise KVLibError("chunked_prefill_sweep needs at least one budget")
+    step_model = roofline_step_model() if step_model is None else step_model
+    num_slots = kv_budget().num_slots if num_slots is None else num_slots
+    configs = [chunked_config(b, max_num_seqs) for b in budgets]  # checks every budget first
+    requests = make_trace(spec, num_requests, rate, seed=seed)
+    rows = []
+    for budget, config in tqdm(
+        list(zip(budgets, configs, strict=True)), desc="budgets", disable=not progress
+    ):
+        run = simulate(requests, "paged", num_slots, step_model, spec.max_len, config=config)
+        rows.append(sweep_row(run, budget))
+    return rows
+
+
+def tokens_identical_with_chunks(model=None, budget: int = 8, num_requests: int = 8) -> bool:
+    """Does the real engine generate every request's tokens alike with and without chunked prefill?
+
+    ``model`` defaults to chapter 4's engine model; the prompts (40 tokens on average) are longer
+    than ``budget``, so each is prefilled over several steps, in a KV budget of 256 slots tight
+    enough to preempt.
+    """
+    from kvlib.serving.engine import run_engine
+    from kvlib.serving.policy_comparison import engine_model
+
+    model = engine_model() if model is None else model
+    spec = TraceSpec("chunked", 40, 12, sigma=0.5, max_len=128)
+    requests = make_trace(spec, num_requests, math.inf, seed=1, vocab_size=model.config.vocab_size)
+    runs = [
+        run_engine(model, requests, "paged", 256, 128, config=chunked_config(b, 4), progress=False)
+        for b in (None, budget)
+    ]
+    return [s.generated for s in runs[0].finished] == [s.generated for s in runs[1].finished]
+
+
+def bench(budget: int = 512, rate: float = SWEEP_RATE) -> dict:
+    """Chapter 8's chunked-prefill benchmarks: p99 latencies with ÷ without chunks on the A100 model
+    (ShareGPT-like trace at ``rate``, token budget ``budget``), and the real engine's tokens."""
+    off, on = chunked_prefill_sweep((None, budget), rate=rate, progress=False)
+    return {
+        "chunked_prefill_tpot_p99_ratio": round(on["tpot_p99_s"] / off["tpot_p99_s"], 4),
+        "chunked_prefill_ttft_p99_ratio": round(on["ttft_p99_s"] / off["ttft_p99_s"], 4),
+        "chunked_prefill_itl_p99_ratio": round(on["itl_p99_s"] / off["itl_p99_s"], 4),
+        "chunked_prefill_tokens_identical": tokens_identical_with_chunks(),
+    }

@@ -1,0 +1,144 @@
+"""Swapping, the second way to preempt a request (chapter 8): its K/V copied out to host memory and back.
+
+When the KV budget runs out, the scheduler of :mod:`kvlib.serving.scheduler` preempts its
+youngest request. Chapter 4 recomputes it: its blocks are freed and its prompt and
+generated tokens prefilled again later. The vLLM paper offers a second mode (Kwon et al.
+2023, Section 4.5; vLLM's ``--swap-space``, ``--preemption-mode swap``): copy the
+request's K/V blocks to CPU memory, free its device blocks, and copy them back into new
+blocks when it resumes. Recomputation pays FLOPs, swapping pays link bytes:
+
+- :class:`HostPool`: the host's blocks. Without a cache it only counts them (the
+  simulator); with a :class:`~kvlib.paged.paged_cache.PagedKVCache` it holds them in a CPU
+  tensor shaped like the cache's pools (pinned memory when the cache is on a GPU, so that
+  copies run at the link's speed) and copies block by block. When it is full the
+  scheduler falls back to recomputation.
+- :class:`SwapTimeModel`: seconds of one copy, ``per_transfer_s + tokens x bytes_per_token /
+  bandwidth``; :func:`kvlib.serving.swap_analysis.a100_swap_model` states the A100's link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvlib import KVLibError
+from kvlib.paged.block_manager import num_blocks_for
+from kvlib.paged.paged_cache import PagedKVCache
+from kvlib.serving.arguments import require_count, require_real
+
+
+@dataclass(frozen=True)
+class SwapTimeModel:
+    """Seconds of one copy of a request's K/V between device and host: a fixed part plus bytes / bandwidth."""
+
+    bytes_per_token: int  # K/V bytes of one token, over all layers
+    bandwidth: float  # bytes per second the host link achieves (one direction)
+    per_transfer_s: float = 0.0  # seconds every copy costs whatever its size (launches, latency)
+    source: str = ""  # where the numbers come from (a data sheet, a measurement)
+
+    def __post_init__(self):
+        require_count(self.bytes_per_token, "SwapTimeModel.bytes_per_token")
+        require_real(self.bandwidth, "SwapTimeModel.bandwidth (bytes/s)", positive=True)
+        require_real(self.per_transfer_s, "SwapTimeModel.per_transfer_s (seconds)")
+
+    def transfer_s(self, num_tokens: int) -> float:
+        """Seconds to copy ``num_tokens`` tokens' K/V one way (out to the host, or back in)."""
+        return self.per_transfer_s + num_tokens * self.bytes_per_token / self.bandwidth
+
+    def step_s(self, swaps: tuple[int, ...]) -> float:
+        """Seconds of a step's copies, one per entry of ``swaps`` (tokens each), made one after another."""
+        return sum(self.transfer_s(n) for n in swaps)
+
+
+class HostPool:
+    """``num_blocks`` blocks of host memory that swapped-out requests keep their K/V in.
+
+    ``cache``: the device cache whose blocks are copied (the real engine); ``None`` counts
+    blocks only (the simulator). A request's host blocks are freed when it is swapped in.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, cache: PagedKVCache | None = None):
+        self.num_blocks = require_count(num_blocks, "the host pool's num_blocks")
+        self.block_size = require_count(block_size, "the host pool's block_size")
+        if cache is not None and not isinstance(cache, PagedKVCache):
+            raise KVLibError(f"cache must be a PagedKVCache or None, not {type(cache).__name__}")
+        if cache is not None and cache.block_size != block_size:
+            raise KVLibError(
+                f"the host pool's block_size {block_size} differs from the cache's {cache.block_size}"
+            )
+        self.cache = cache
+        self._free = list(range(num_blocks - 1, -1, -1))  # host block ids, the lowest taken first
+        self.held: dict[int, tuple[list[int], int]] = {}  # seq_id -> (its host blocks, tokens they hold)
+        self.num_swap_outs = 0  # copies to the host so far
+        self.num_swap_ins = 0  # copies back so far
+        if cache is not None:
+            shape = (cache.k.shape[0], num_blocks, *cache.k.shape[2:])  # (layers, blocks, block_size, h, hd)
+            pin = cache.k.device.type == "cuda"  # page-locked: the GPU copies it by DMA at the link's speed
+            self.k = torch.zeros(shape, dtype=cache.k.dtype, pin_memory=pin)
+            self.v = torch.zeros(shape, dtype=cache.k.dtype, pin_memory=pin)
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Host blocks no swapped-out request holds."""
+        return len(self._free)
+
+    def holds(self, seq_id: int) -> bool:
+        """Is this sequence swapped out here?"""
+        return seq_id in self.held
+
+    def swap_out(self, seq_id: int, num_tokens: int) -> bool:
+        """Copy the K/V of the sequence's first ``num_tokens`` tokens to host blocks; ``False`` if they do
+        not fit (nothing changes: the scheduler recomputes the request instead).
+
+        Call it before the device blocks are freed: it reads them through the cache's manager.
+        """
+        num_tokens = require_count(num_tokens, "the tokens to swap out")
+        if seq_id in self.held:
+            raise KVLibError(f"sequence {seq_id} is already swapped out")
+        need = num_blocks_for(num_tokens, self.block_size)
+        if need > len(self._free):
+            return False
+        host = [self._free.pop() for _ in range(need)]
+        if self.cache is not None:
+            device = self.cache.manager.block_table(seq_id)[:need]
+            if len(device) < need or self.cache.manager.num_computed(seq_id) < num_tokens:
+                raise KVLibError(f"sequence {seq_id} has no K/V for {num_tokens} tokens to swap out")
+            self._copy(self.cache.k, device, self.k, host)
+            self._copy(self.cache.v, device, self.v, host)
+        self.held[seq_id] = (host, num_tokens)
+        self.num_swap_outs += 1
+        return True
+
+    def swap_in(self, seq_id: int, num_cached: int = 0) -> int:
+        """Copy a swapped-out sequence's K/V back into its new device blocks (already allocated);
+        returns how many tokens it restored. Its host blocks are free again.
+
+        ``num_cached``: leading tokens the device's prefix cache already held when the blocks were
+        allocated; their blocks (shared) are not written.
+        """
+        if seq_id not in self.held:
+            raise KVLibError(f"sequence {seq_id} is not swapped out")
+        host, num_tokens = self.held.pop(seq_id)
+        if self.cache is not None:
+            manager = self.cache.manager
+            device = manager.block_table(seq_id)[: len(host)]
+            if len(device) < len(host):
+                raise KVLibError(
+                    f"sequence {seq_id} has too few device blocks to swap in {num_tokens} tokens"
+                )
+            skip = num_cached // self.block_size  # shared blocks already hold these K/V
+            self._copy(self.k, host[skip:], self.cache.k, device[skip:])
+            self._copy(self.v, host[skip:], self.cache.v, device[skip:])
+            manager.mark_computed(seq_id, max(num_tokens, manager.num_computed(seq_id)))
+        self._free.extend(reversed(host))
+        self.num_swap_ins += 1
+        return num_tokens
+
+    @staticmethod
+    def _copy(src: torch.Tensor, src_blocks: list[int], dst: torch.Tensor, dst_blocks: list[int]) -> None:
+        """Copy blocks ``src[:, src_blocks]`` into ``dst[:, dst_blocks]`` in every layer, across devices."""
+        if not src_blocks:
+            return
+        picked = src.index_select(1, torch.tensor(src_blocks, device=src.device))  # (layers, n, bs, h, hd)
+        dst.index_copy_(1, torch.tensor(dst_blocks, device=dst.device), picked.to(dst.device))
