@@ -5,7 +5,9 @@ given a draft model: at each step, every decoding sequence gets from 1 to
 ``num_speculative_tokens + 1`` tokens from
 :func:`kvlib.serving.speculative.speculative_decode` (the draft proposes, the target verifies
 in one pass, rejected tokens roll back), never more than it still has to generate; the
-scheduler (:meth:`kvlib.serving.scheduler.Scheduler.complete`) takes lists of tokens. The
+scheduler (:meth:`kvlib.serving.scheduler.Scheduler.complete`) takes lists of tokens and
+appends them (the slots of all but the last are already taken in the target's cache, whose
+manager is the scheduler's memory: speculative slots count in the KV budget). The
 draft keeps its own paged cache, sized so that it never limits the target's budget; a
 sequence leaves it when it finishes or is preempted (its draft K/V are rebuilt when it
 comes back).
@@ -36,9 +38,11 @@ class Speculator:
         from kvlib.serving.speculative import speculative_decode
 
         max_new = [s.request.output_len - s.num_generated for s in seqs]
-        return speculative_decode(
-            self.target, self.draft, self.cache, self.draft_cache, seqs, self.k, max_new
-        )
+        lengths = [len(s.tokens) for s in seqs]
+        new = speculative_decode(self.target, self.draft, self.cache, self.draft_cache, seqs, self.k, max_new)
+        for seq, length in zip(seqs, lengths, strict=True):
+            del seq.tokens[length:]  # it appended them; the scheduler's complete() appends them again
+        return new
 
     def forget(self, running: list[SeqState]) -> None:
         """Free the draft's K/V of every sequence that no longer runs (finished, preempted, swapped out)."""

@@ -99,11 +99,12 @@ class HostPool:
         need = num_blocks_for(num_tokens, self.block_size)
         if need > len(self._free):
             return False
-        host = [self._free.pop() for _ in range(need)]
         if self.cache is not None:
             device = self.cache.manager.block_table(seq_id)[:need]
             if len(device) < need or self.cache.manager.num_computed(seq_id) < num_tokens:
                 raise KVLibError(f"sequence {seq_id} has no K/V for {num_tokens} tokens to swap out")
+        host = [self._free.pop() for _ in range(need)]
+        if self.cache is not None:
             self._copy(self.cache.k, device, self.k, host)
             self._copy(self.cache.v, device, self.v, host)
         self.held[seq_id] = (host, num_tokens)

@@ -164,3 +164,42 @@ def test_steps_are_also_read_on_the_thread_clock():
     # one thread cannot use more CPU time than the wall-clock time that passed around it
     assert (cpu <= wall + 1e-4).all()
     assert engine_clock(torch.device("cpu")) == "thread"
+
+
+def test_the_stress_test_with_chunked_prefill_swapping_and_speculative_decoding_on():
+    """Every request's tokens equal its solo run with chapter 8's three features at once."""
+    from kvlib.serving.scheduler import SchedulerConfig
+
+    draft = TinyLlama(
+        ModelConfig(
+            vocab_size=97, d_model=16, num_layers=1, num_heads=2, num_kv_heads=1, d_ff=32, max_seq_len=128
+        )
+    )
+    requests = make_trace(TraceSpec("stress", 12, 24, max_len=64), 12, math.inf, seed=3, vocab_size=97)
+    config = SchedulerConfig(
+        max_num_seqs=4,
+        enable_chunked_prefill=True,
+        max_num_batched_tokens=6,
+        preemption_mode="swap",
+        num_host_blocks=6,
+    )
+    result = run_engine(
+        MODEL,
+        requests,
+        "paged",
+        64,
+        64,
+        block_size=4,
+        config=config,
+        progress=False,
+        draft=draft,
+        num_speculative_tokens=3,
+    )
+    assert sum(s.num_swaps for s in result.finished) >= 3  # swapped out and back in
+    assert (result.steps["new_tokens"] < result.steps["num_seqs"]).any()  # partial prefills ran
+    assert result.steps["prefill_tokens"].max() <= 6
+    assert (result.steps["new_tokens"] > result.steps["num_seqs"]).any()  # some guesses were accepted
+    assert len(result.finished) == 12
+    assert outputs_match_solo(MODEL, result)
+    with pytest.raises(KVLibError, match="needs a draft"):
+        run_engine(MODEL, requests, "paged", 64, 64, block_size=4, progress=False, num_speculative_tokens=2)
