@@ -28,7 +28,6 @@ from kvlib.plotting.levers import draw_chain
 from kvlib.plotting.paged import draw_block_tables, draw_kernel_overhead, draw_memory_waste
 from kvlib.plotting.quality import draw_pareto, draw_recall
 from kvlib.plotting.serving import (
-    draw_latency_curves,
     draw_length_histograms,
     draw_memory_breakdown,
     draw_regime_curve,
@@ -45,7 +44,6 @@ __all__ = [
     "draw_encdec_cache_bytes",
     "draw_growth",
     "draw_kernel_overhead",
-    "draw_latency_curves",
     "draw_length_histograms",
     "draw_max_batch",
     "draw_memory_breakdown",

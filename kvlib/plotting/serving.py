@@ -101,28 +101,6 @@ def draw_memory_breakdown(rows: list[dict], paper: dict):
     return fig
 
 
-def draw_latency_curves(rows: list[dict]):
-    """Chapter 4: normalised latency (s per output token) against request rate, one panel per trace."""
-    traces = list(dict.fromkeys(r["trace"] for r in rows))
-    fig, axs = plt.subplots(
-        1, len(traces), figsize=(4.4 * len(traces), 3.6), layout="constrained", squeeze=False
-    )
-    for ax, trace in zip(axs[0], traces, strict=True):
-        for policy, color in _POLICY_COLORS.items():
-            points = sorted(
-                (r["rate"], r["s per token"]) for r in rows if r["trace"] == trace and r["policy"] == policy
-            )
-            if points:
-                ax.plot(*zip(*points, strict=True), marker="o", markersize=3, color=color, label=policy)
-        ax.set_yscale("log")
-        ax.set_title(trace, fontsize=9)
-        ax.set_xlabel("request rate (requests/s)")
-        ax.set_ylabel("normalised latency (s / token)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    return fig
-
-
 def draw_regime_curve(rows: list[dict], marks: dict, paper: dict):
     """Chapter 4: throughput of paged over each reservation policy against the fixed share of a decode step.
 

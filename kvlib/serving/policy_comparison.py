@@ -1,6 +1,6 @@
 """Chapter 4's experiments: the four placement policies on one trace, their memory and
-throughput, step-time regimes, the watermark, latency against request rate, the engine's
-small model, and ``bench()`` for ``python -m kvlib bench``.
+throughput, step-time regimes, the watermark, the engine's small model, and ``bench()`` for
+``python -m kvlib bench``. The comparison at equal latency is :mod:`kvlib.serving.rate_comparison`.
 
 The vLLM paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our
 simulations (:func:`kvlib.serving.simulator.simulate`) use the KV budget that setup
@@ -26,7 +26,7 @@ from kvlib.serving.placement import POLICIES
 from kvlib.serving.results import RunResult
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
-from kvlib.serving.traces import SHAREGPT, TraceSpec, make_trace
+from kvlib.serving.traces import SHAREGPT, make_trace
 from kvlib.serving.types import CATEGORIES
 
 # The vLLM paper's figures (Kwon et al. 2023; OPT-13B on an A100, ShareGPT unless stated).
@@ -210,36 +210,6 @@ def cap_table(runs: dict[str, RunResult], max_num_seqs: int = 256) -> list[dict]
                 f"steps at the cap of {max_num_seqs} (%)": 100 * share,
                 "budget free at the cap (%)": 100 * free_at_cap,
                 "budget free below the cap (%)": 100 * free_else,
-            }
-        )
-    return rows
-
-
-def latency_curve(
-    spec: TraceSpec,
-    policies,
-    rates: dict[str, list[float]],
-    num_requests: int,
-    num_slots: int,
-    step_model: StepTimeModel,
-    seed: int = 1,
-    progress: bool = True,
-) -> list[dict]:
-    """Normalised latency (s per output token) and throughput at each request rate, per policy
-    (Poisson arrivals)."""
-    work = [(p, rate) for p in policies for rate in rates[p]]
-    rows = []
-    for policy, rate in tqdm(work, desc=f"{spec.name}: latency vs rate", disable=not progress):
-        run = simulate(
-            make_trace(spec, num_requests, rate, seed=seed), policy, num_slots, step_model, spec.max_len
-        )
-        rows.append(
-            {
-                "trace": spec.name,
-                "policy": policy,
-                "rate": rate,
-                "s per token": run.normalized_latency,
-                "requests/s": len(run.finished) / run.makespan_s,
             }
         )
     return rows
