@@ -196,3 +196,29 @@ def test_the_sweep_has_one_row_per_budget_no_chunks_first():
         chunked_config(4, max_num_seqs=8)
     with pytest.raises(KVLibError, match="at least one budget"):
         chunked_prefill_sweep((), progress=False)
+
+
+def test_every_policy_generates_the_solo_tokens_with_chunks():
+    requests = make_trace(
+        TraceSpec("long prompts", 20, 16, sigma=0.5, max_len=64), 6, math.inf, seed=5, vocab_size=97
+    )
+    for policy in ("max", "pow2", "oracle", "paged"):
+        run = run_engine(MODEL, requests, policy, 256, 64, block_size=4, config=chunked(6, 4), progress=False)
+        assert outputs_match_solo(MODEL, run), policy
+
+
+def test_with_prefix_caching_a_chunk_publishes_only_computed_blocks():
+    # 12 requests share a 32-token system prompt; chunks of 8 tokens: the first request's chunks are
+    # published block by block as they are computed, so later ones find them
+    spec = TraceSpec("shared", 40, 8, sigma=0.5, max_len=128)
+    requests = make_trace(spec, 12, math.inf, seed=5, vocab_size=97, system_prompt=list(range(1, 33)))
+    model = StepTimeModel(1.0, 0.0, 0.0, 1.0)
+    runs = [
+        simulate(
+            requests, "paged", 2048, model, 128, block_size=4, config=chunked(8, 4), enable_prefix_caching=c
+        )
+        for c in (False, True)
+    ]
+    assert runs[0].steps["prefill_tokens"].sum() == sum(r.prompt_len for r in requests)
+    # each of the 11 later requests finds at least the system prompt's 8 blocks of 4
+    assert runs[1].steps["prefill_tokens"].sum() <= sum(r.prompt_len for r in requests) - 11 * 32
