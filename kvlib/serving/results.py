@@ -104,9 +104,13 @@ class RunResult:
 
     @property
     def tokens_per_s(self) -> float:
-        """Generated tokens per second while requests wait: the server's capacity."""
+        """Generated tokens per second while requests wait: the server's capacity.
+
+        It counts the tokens each step generated (``new_tokens``), which equal the sequences
+        it computed unless a chunk of a prompt produced none or speculative decoding produced
+        several (chapter 8)."""
         busy = self._busy()
-        return float(self.steps["num_seqs"][busy].sum() / self.steps["duration_s"][busy].sum())
+        return float(self.steps["new_tokens"][busy].sum() / self.steps["duration_s"][busy].sum())
 
     @property
     def requests_per_s(self) -> float:

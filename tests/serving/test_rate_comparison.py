@@ -139,6 +139,7 @@ def busy_run(policy, num_seqs, durations):
     """A run of two requests of 2 output tokens whose every step has a request waiting."""
     steps = {
         "num_seqs": np.array(num_seqs, dtype=float),
+        "new_tokens": np.array(num_seqs, dtype=float),  # one token per sequence computed
         "duration_s": np.array(durations, dtype=float),
         "num_waiting": np.ones(len(num_seqs)),
     }

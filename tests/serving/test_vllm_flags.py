@@ -6,28 +6,10 @@ import pytest
 from kvlib import KVLibError
 from kvlib.serving.vllm_flags import VLLM_FLAG_ROWS, bench, resolve_place, vllm_flag_table
 
-# Knobs other helpers of issue 15 are adding: xfail until they exist (the lead removes them from here).
-PENDING = {
-    "kvlib.serving.scheduler.SchedulerConfig.enable_chunked_prefill": "chunked prefill (issue 15)",
-    "kvlib.serving.scheduler.SchedulerConfig.max_num_batched_tokens": "chunked prefill (issue 15)",
-    "kvlib.serving.scheduler.SchedulerConfig.preemption_mode": "swapping (issue 15)",
-    "kvlib.serving.scheduler.SchedulerConfig.num_host_blocks": "swapping (issue 15)",
-    "kvlib.serving.engine.run_engine(num_speculative_tokens)": "speculative decoding (issue 15)",
-    "kvlib.serving.engine.run_engine(draft)": "speculative decoding (issue 15)",
-}
-
 PLACES = sorted({place for row in VLLM_FLAG_ROWS for place in row.kvlib})
 
 
-@pytest.mark.parametrize(
-    "place",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(reason=f"arrives with {PENDING[p]}", strict=False))
-        if p in PENDING
-        else p
-        for p in PLACES
-    ],
-)
+@pytest.mark.parametrize("place", PLACES)
 def test_every_kvlib_place_resolves(place):
     assert resolve_place(place) is not None
 
@@ -79,8 +61,4 @@ def test_a_place_that_is_gone_is_named(place, words):
 def test_bench_counts_the_places():
     result = bench()
     assert result["vllm_flags_mapped"] == sum(row.flag != "(none)" for row in VLLM_FLAG_ROWS) == 13
-    assert (
-        len(PLACES) - len(PENDING)
-        <= result["vllm_places_resolved"]
-        <= sum(len(r.kvlib) for r in VLLM_FLAG_ROWS)
-    )
+    assert result["vllm_places_resolved"] == len(PLACES)
