@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.measure.hardware import dram_bytes
 from kvlib.measure.timing import pick_device, synchronize, time_it
 from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.gpu_model import roofline_step_model
@@ -113,15 +114,18 @@ def swap_vs_recompute_break_even_tokens(
     return break_even(step_model, swap_model).crossing_tokens
 
 
-def measure_copy_bandwidth(num_bytes: int = 64 * 2**20, device=None, repeats: int = 5) -> dict:
+def measure_copy_bandwidth(num_bytes: int | None = None, device=None, repeats: int = 5) -> dict:
     """Bytes per second of copies between host memory and ``device`` (default :func:`pick_device`),
     through :func:`kvlib.measure.time_it`: ``{"to_host": ..., "to_device": ...}``.
 
     On a GPU the host side is pinned, as :class:`~kvlib.serving.swap.HostPool`'s; on a CPU both
-    sides are host memory (a memory copy). Not for tests: it times.
+    sides are host memory (a memory copy). ``num_bytes`` defaults to
+    :func:`~kvlib.measure.hardware.dram_bytes` (four times the last-level cache), so that on a
+    CPU the copy reads and writes DRAM, not a cache that a fixed 64 MiB would fit in on some
+    machines. Not for tests: it times.
     """
-    num_bytes = require_count(num_bytes, "num_bytes")
     device = pick_device() if device is None else torch.device(device)
+    num_bytes = dram_bytes(device) if num_bytes is None else require_count(num_bytes, "num_bytes")
     pin = device.type == "cuda"
     host = torch.empty(num_bytes, dtype=torch.uint8, pin_memory=pin)
     dev = torch.empty(num_bytes, dtype=torch.uint8, device=device)
