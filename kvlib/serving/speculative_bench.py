@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.measure.timing import round_median, time_interleaved, time_it, torch_threads
+from kvlib.measure.timing import round_median, time_interleaved, torch_threads
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import num_blocks_for
 from kvlib.paged.generation import generate_paged
@@ -148,12 +148,22 @@ def measure_speedup(
 
 @dataclass(frozen=True)
 class PassCosts:
-    """Seconds per forward pass at one context length, on one thread (median of the samples)."""
+    """Seconds per forward pass at one context length, on one thread (medians over interleaved rounds)."""
 
     target_decode_s: float  # the target over 1 new token: a plain decode step
     target_verify_s: float  # the target over k + 1 new tokens: one verification
     draft_decode_s: float  # the draft over 1 new token: one guess
     k: int  # guesses the verification covered
+
+    @property
+    def verify_ratio(self) -> float:
+        """A verification's cost in decode steps (about 1 where a pass is bound by reading the weights)."""
+        return self.target_verify_s / self.target_decode_s
+
+    @property
+    def draft_ratio(self) -> float:
+        """A guess's cost in decode steps of the target."""
+        return self.draft_decode_s / self.target_decode_s
 
 
 def _pass_timer(model: TinyLlama, context: Sequence[int], num_new: int):
@@ -180,20 +190,23 @@ def _pass_timer(model: TinyLlama, context: Sequence[int], num_new: int):
 
 @torch.inference_mode()
 def pass_costs(
-    target: TinyLlama, draft: TinyLlama, context: Sequence[int], k: int, repeats: int = 20
+    target: TinyLlama, draft: TinyLlama, context: Sequence[int], k: int, rounds: int = 7
 ) -> PassCosts:
     """Time a target decode step, a target verification over ``k + 1`` tokens and a draft step.
 
     ``context`` holds the tokens already cached plus the pass's new ones (at least ``k + 2``).
+    The three are timed in interleaved rounds (:func:`kvlib.measure.time_interleaved`).
     """
     if len(context) < k + 2:
         raise KVLibError(f"the context needs at least k + 2 = {k + 2} tokens, not {len(context)}")
+    fns = {
+        "target_decode": _pass_timer(target, context, 1),
+        "target_verify": _pass_timer(target, context, k + 1),
+        "draft_decode": _pass_timer(draft, context, 1),
+    }
     with torch_threads(1):
-        times = [
-            time_it(_pass_timer(model, context, num_new), repeats=repeats, warmup=3, clock="thread").median_s
-            for model, num_new in ((target, 1), (target, k + 1), (draft, 1))
-        ]
-    return PassCosts(*times, k=k)
+        timings = time_interleaved(fns, rounds, warmup=5, device=torch.device("cpu"))
+    return PassCosts(*(timings[name].median_s for name in fns), k=k)
 
 
 def predicted_speedup(costs: PassCosts, row: SweepRow, num_new: int, num_prompts: int) -> float:

@@ -59,6 +59,7 @@ def test_predicted_speedup_by_hand():
     row = SweepRow(2, 0.5, 2.0, 4 + 2, 6, 0, True)  # 2 prompts: 2 prefills and 4 verifications
     # plain: 2 prompts x (9 - 1) decode steps x 1.0 = 16; speculative: 4 x 2.0 + 6 x 0.5 = 11
     assert predicted_speedup(costs, row, num_new=9, num_prompts=2) == pytest.approx(16 / 11)
+    assert costs.verify_ratio == 2.0 and costs.draft_ratio == 0.5  # 2.0 / 1.0 and 0.5 / 1.0
 
 
 def test_pass_costs_needs_room_for_the_verification():
