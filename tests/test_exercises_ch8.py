@@ -59,3 +59,20 @@ def test_a_string_or_a_bare_number_is_no_tuple():
     for key, answer in [("8.1", "0.8, 0.05, False"), ("8.5", 671_088_640), ("8.4", None)]:
         feedback = check(key, answer)
         assert not feedback.ok and "answer with a" in feedback.message, feedback.message
+
+
+def test_kvlibs_scheduler_prefills_the_prompt_of_8_2_in_4_steps():
+    """The exercise's rule (decodes first, one token each) is what the chunked-prefill scheduler does."""
+    from kvlib.serving.scheduler import SchedulerConfig
+    from kvlib.serving.simulator import simulate
+    from kvlib.serving.step_time import StepTimeModel
+    from kvlib.serving.traces import Request
+
+    decodes = [Request(i, 0.0, (1,), 50) for i in range(200)]  # 200 one-token prompts: decoding from step 2
+    prompt = Request(200, 0.5, (1,) * 1000, 2)  # arrives during step 1, joins at step 2 (t = 1 s)
+    config = SchedulerConfig(max_num_seqs=256, enable_chunked_prefill=True, max_num_batched_tokens=512)
+    run = simulate([*decodes, prompt], "paged", 200 * 64 + 2048, StepTimeModel(1.0, 0, 0, 0), config=config)
+    # steps of 1 s each: chunks of 312, 312, 312, 64 at steps 2 to 5; the first token at the end of step 5
+    assert run.steps["prefill_tokens"][1:5].tolist() == [312, 312, 312, 64]
+    assert run.finished[200].first_token_s - 1.0 == 4
+    assert check("8.2", 4).ok
