@@ -76,6 +76,8 @@ def _check_step(target, draft, target_cache, draft_cache, seqs, k, max_new) -> l
             model.config.head_dim,
         ):
             raise KVLibError(f"the {name} cache is not shaped for the {name} model")
+    if target_cache is draft_cache:
+        raise KVLibError("the target and the draft need caches of their own")
     if draft.config.vocab_size != target.config.vocab_size:
         raise KVLibError(f"draft vocabulary {draft.config.vocab_size} != target's {target.config.vocab_size}")
     k = require_count(k, "k", 0)

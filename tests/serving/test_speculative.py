@@ -158,6 +158,8 @@ def test_bad_calls_are_one_line_errors():
         speculative_decode(TARGET, SKIP, target_cache, draft_cache, [seq], 2, [0])
     with pytest.raises(KVLibError, match="the draft cache is not shaped for the draft model"):
         speculative_decode(TARGET, SKIP, target_cache, target_cache, [seq], 2)
+    with pytest.raises(KVLibError, match="caches of their own"):
+        speculative_decode(TARGET, SAME, target_cache, target_cache, [seq], 2)
     with pytest.raises(KVLibError, match="non-empty list of SeqState"):
         speculative_decode(TARGET, SKIP, target_cache, draft_cache, [], 2)
     seq.tokens.append(3)  # a newest token without a slot

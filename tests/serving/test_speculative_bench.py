@@ -15,6 +15,7 @@ from kvlib.serving.speculative_bench import (
     acceptance_sweep,
     corpus_prompts,
     layer_draft,
+    measure_speedup,
     pass_costs,
     predicted_speedup,
 )
@@ -60,6 +61,11 @@ def test_predicted_speedup_by_hand():
     # plain: 2 prompts x (9 - 1) decode steps x 1.0 = 16; speculative: 4 x 2.0 + 6 x 0.5 = 11
     assert predicted_speedup(costs, row, num_new=9, num_prompts=2) == pytest.approx(16 / 11)
     assert costs.verify_ratio == 2.0 and costs.draft_ratio == 0.5  # 2.0 / 1.0 and 0.5 / 1.0
+
+
+def test_measure_speedup_needs_a_prompt():
+    with pytest.raises(KVLibError, match="at least one prompt"):
+        measure_speedup(TARGET, TARGET, [])
 
 
 def test_pass_costs_needs_room_for_the_verification():
