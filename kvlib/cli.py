@@ -1,7 +1,7 @@
 """The ``python -m kvlib`` command line: ``env``, ``bench`` and the chapters' tools.
 
 - ``env``: the hardware report every measuring chapter prints first (chapter 0).
-- ``bench``: each chapter's benchmark (chapters 0 to 4, :data:`BENCH_MODULES`), as a table or JSON.
+- ``bench``: each chapter's benchmark (chapters 0 to 4, 7 and 8, :data:`BENCH_MODULES`), as a table or JSON.
 - ``size``: the KV-cache bytes of a catalog model or a ``config.json`` (chapter 2,
   :mod:`kvlib.sizing.capacity`), per GPU under ``--tensor-parallel-size`` and
   ``--pipeline-parallel-size`` as vLLM splits it (:mod:`kvlib.sizing.parallel`); a context
@@ -33,7 +33,14 @@ BENCH_MODULES = {
     "decode": "kvlib.cache.decode_speed",  # chapter 2: decode attention for each number of KV heads
     "paged": "kvlib.paged.kernel_overhead",  # chapter 3: the paged kernel against the contiguous one
     "serving": "kvlib.serving.policy_comparison",  # chapter 4: the placement policies
+    "latency": "kvlib.serving.rate_comparison",  # chapter 4: rate at equal latency, TTFT and TPOT (A100)
     "quality": "kvlib.quality.tradeoffs",  # chapter 7: what each lossy lever costs the trained model
+    "chunked": "kvlib.serving.chunked_prefill",  # chapter 8: chunked prefill's TTFT/TPOT trade-off
+    "swap": "kvlib.serving.swap_analysis",  # chapter 8: swapping against recomputation
+    "speculative": "kvlib.serving.speculative_bench",  # chapter 8: speculative decoding on the paged cache
+    "prefix": "kvlib.serving.prefix_measured",  # chapter 8: prefix caching, predicted and measured
+    "multigpu": "kvlib.serving.disaggregation",  # chapter 8: the cache over GPUs, disaggregated prefill
+    "vllm": "kvlib.serving.vllm_flags",  # chapter 8: kvlib's knobs mapped to vLLM's flags
 }
 
 EXIT_USAGE = 2

@@ -1,4 +1,4 @@
-"""Checks for the exercises at the end of every chapter (0 to 5, and 7).
+"""Checks for the exercises at the end of every chapter (0 to 5, 7 and 8).
 
 Each chapter has a module ``kvlib.exercises.chN`` with, for exercise ``N.k``:
 

@@ -4,7 +4,7 @@
 name, so this module imports no chapter) and wraps its verdict in a :class:`Feedback`, printed
 as a line starting with ✔ or ✘. :func:`numeric_answer` is what most chapters' checks use: it
 recognises the usual wrong numbers and answers each with the hint for that mistake. Used by
-the exercises of every chapter (0 to 5).
+the exercises of every chapter (0 to 5, 7 and 8).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every figure of the book, one ``draw_*`` function per figure, grouped by chapter (1 to 5, and 7).
+"""Every figure of the book, one ``draw_*`` function per figure, grouped by chapter (1 to 5, 7 and 8).
 
 This package is the only part of kvlib that imports matplotlib: the experiments return
 numbers and tables, and the notebooks (and tests) pass them here to be drawn. Each
@@ -10,10 +10,14 @@ function returns its :class:`matplotlib.figure.Figure`.
 - ``sizing``: chapter 2 (the catalog's cache sizes, max batch on one GPU, decode attention's
   time and roofline).
 - ``paged``: chapter 3 (block tables and the pool, memory wasted, the paged kernel's overhead).
-- ``serving``: chapter 4 (trace lengths, where the KV budget goes, latency curves, regimes).
+- ``serving``: chapter 4 (trace lengths, where the KV budget goes, regimes).
+- ``latency``: chapter 4 (latency against request rate with each policy's sustained rate, TTFT and
+  TPOT percentiles).
 - ``levers``: chapter 5 (the lever chain relative to the baseline).
 - ``quality``: chapter 7 (perplexity and probe recall against KV bytes per token, every lossy
   lever on one plot, with the Pareto front).
+- ``engines``: chapter 8 (chunked prefill's TTFT and inter-token gap against the token budget,
+  swapping against recomputation).
 """
 
 from kvlib.plotting.cache import (
@@ -24,6 +28,8 @@ from kvlib.plotting.cache import (
     draw_step_profile,
 )
 from kvlib.plotting.common import axes
+from kvlib.plotting.engines import draw_break_even, draw_chunked_tradeoff
+from kvlib.plotting.latency import draw_latency_percentiles, draw_rate_curves
 from kvlib.plotting.levers import draw_chain
 from kvlib.plotting.paged import draw_block_tables, draw_kernel_overhead, draw_memory_waste
 from kvlib.plotting.quality import draw_pareto, draw_recall
@@ -35,6 +41,10 @@ from kvlib.plotting.serving import (
 from kvlib.plotting.sizing import draw_catalog, draw_decode_times, draw_max_batch, draw_roofline
 
 __all__ = [
+    "draw_rate_curves",
+    "draw_latency_percentiles",
+    "draw_chunked_tradeoff",
+    "draw_break_even",
     "axes",
     "draw_block_tables",
     "draw_catalog",
