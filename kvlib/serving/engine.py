@@ -32,7 +32,7 @@ from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.simulator import checked_requests
-from kvlib.serving.speculative_engine import speculator
+from kvlib.serving.speculative_engine import speculator, target_share
 from kvlib.serving.swap import HostPool
 from kvlib.serving.traces import Request
 from kvlib.serving.types import StepPlan
@@ -94,7 +94,9 @@ def run_engine(
     Chapter 8: ``config`` may turn on chunked prefill and swapping (the host pool, a CPU
     tensor of ``config.num_host_blocks`` blocks, pinned on a GPU); ``draft`` with
     ``num_speculative_tokens`` >= 1 decodes speculatively
-    (:func:`kvlib.serving.speculative.speculative_decode`), the draft's cache beside the target's.
+    (:func:`kvlib.serving.speculative.speculative_decode`); the draft's cache then comes out of the
+    same budget, ``num_slots`` slots of the target's bytes, and the target keeps
+    :func:`~kvlib.serving.speculative_engine.target_share` of them (the result's ``num_slots``).
     """
     config = SchedulerConfig() if config is None else config
     if not isinstance(config, SchedulerConfig):
@@ -103,6 +105,8 @@ def run_engine(
     device = model.lm_head.weight.device
     if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
         raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")
+    if draft is not None:  # its cache comes out of the same budget: the target keeps its share
+        num_slots = target_share(model, draft, num_slots, block_size)
     num_blocks = num_slots // block_size + (0 if policy == "paged" else config.max_num_seqs)
     cache = PagedKVCache.for_model(model, num_blocks, block_size, enable_prefix_caching=False)
     host = HostPool(config.num_host_blocks, block_size, cache) if config.preemption_mode == "swap" else None

@@ -8,16 +8,15 @@ in one pass, rejected tokens roll back), never more than it still has to generat
 scheduler (:meth:`kvlib.serving.scheduler.Scheduler.complete`) takes lists of tokens and
 appends them (the slots of all but the last are already taken in the target's cache, whose
 manager is the scheduler's memory: speculative slots count in the KV budget). The
-draft keeps its own paged cache, sized so that it never limits the target's budget; a
-sequence leaves it when it finishes or is preempted (its draft K/V are rebuilt when it
-comes back).
+draft keeps its own paged cache, one block for each of the target's; both come out of the
+one budget (:func:`target_share`). A sequence leaves the draft's cache when it finishes or
+is preempted (its draft K/V are rebuilt when it comes back).
 """
 
 from __future__ import annotations
 
 from kvlib import KVLibError
 from kvlib.model.llama import TinyLlama
-from kvlib.paged.block_manager import num_blocks_for
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.arguments import require_count
 from kvlib.serving.scheduler import SchedulerConfig
@@ -82,8 +81,31 @@ def speculator(
         raise KVLibError(
             f"the draft's max_seq_len {draft.config.max_seq_len} is below max_len + k = {max_len + k}"
         )
-    block_size = cache.block_size
-    # every running sequence's tokens, plus k proposed ones, in blocks of its own: never the limit
-    num_blocks = config.max_num_seqs * num_blocks_for(max_len + k, block_size)
-    draft_cache = PagedKVCache.for_model(draft, num_blocks, block_size, enable_prefix_caching=False)
+    # As many blocks as the target's cache: a sequence's draft K/V never outgrow its target K/V (the
+    # draft lags the target's guesses by one token, and leaves a sequence that stops running), so
+    # the draft never limits; target_share sized both caches from one budget.
+    draft_cache = PagedKVCache.for_model(
+        draft, cache.manager.num_blocks, cache.block_size, enable_prefix_caching=False
+    )
     return Speculator(target, draft, k, cache, draft_cache)
+
+
+def kv_bytes_per_token(model: TinyLlama) -> int:
+    """Bytes of K and V one cached token takes in ``model``'s paged cache (all layers, its dtype)."""
+    config, weight = model.config, model.lm_head.weight
+    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * weight.element_size()
+
+
+def target_share(target: TinyLlama, draft: TinyLlama, num_slots: int, block_size: int) -> int:
+    """The target's token slots when its cache and the draft's share a budget of ``num_slots`` target slots.
+
+    The budget is ``num_slots`` x the target's bytes per token; every block of the target's cache
+    comes with a block of the draft's (:func:`speculator`), so the target keeps the whole blocks of
+    ``num_slots x t / (t + d)`` slots (``t``, ``d``: each model's bytes per token), as vLLM sizes a
+    draft model's cache from the same GPU memory as the target's (chapter 8).
+    """
+    if not isinstance(draft, TinyLlama):
+        raise KVLibError(f"draft must be a TinyLlama or None, not {type(draft).__name__}")
+    target_bytes, draft_bytes = kv_bytes_per_token(target), kv_bytes_per_token(draft)
+    num_pairs = num_slots * target_bytes // ((target_bytes + draft_bytes) * block_size)
+    return num_pairs * block_size

@@ -183,11 +183,13 @@ def test_the_stress_test_with_chunked_prefill_swapping_and_speculative_decoding_
         preemption_mode="swap",
         num_host_blocks=6,
     )
+    # one budget for both caches: 80 target slots of 256 bytes (2 layers x 2 x 2 heads x 8 x 4 bytes)
+    # = 20,480 bytes; a block pair costs 4 x (256 + 64) = 1,280 bytes, so 16 pairs: 64 target slots
     result = run_engine(
         MODEL,
         requests,
         "paged",
-        64,
+        80,
         64,
         block_size=4,
         config=config,
@@ -195,6 +197,7 @@ def test_the_stress_test_with_chunked_prefill_swapping_and_speculative_decoding_
         draft=draft,
         num_speculative_tokens=3,
     )
+    assert result.num_slots == 64
     assert sum(s.num_swaps for s in result.finished) >= 3  # swapped out and back in
     assert (result.steps["new_tokens"] < result.steps["num_seqs"]).any()  # partial prefills ran
     assert result.steps["prefill_tokens"].max() <= 6
@@ -203,3 +206,19 @@ def test_the_stress_test_with_chunked_prefill_swapping_and_speculative_decoding_
     assert outputs_match_solo(MODEL, result)
     with pytest.raises(KVLibError, match="needs a draft"):
         run_engine(MODEL, requests, "paged", 64, 64, block_size=4, progress=False, num_speculative_tokens=2)
+
+
+def test_the_draft_cache_comes_out_of_the_same_budget():
+    from kvlib.serving.speculative_engine import kv_bytes_per_token, target_share
+
+    draft = TinyLlama(
+        ModelConfig(
+            vocab_size=97, d_model=16, num_layers=1, num_heads=2, num_kv_heads=2, d_ff=32, max_seq_len=128
+        )
+    )
+    # target: 2 layers x K and V x 2 heads x head_dim 8 x 4 bytes = 256; draft: 1 x 2 x 2 x 8 x 4 = 128
+    assert (kv_bytes_per_token(MODEL), kv_bytes_per_token(draft)) == (256, 128)
+    # 100 slots x 256 = 25,600 bytes; a pair of 16-token blocks costs 16 x 384 = 6,144: 4 pairs, 64 slots
+    assert target_share(MODEL, draft, 100, 16) == 64
+    with pytest.raises(KVLibError, match="draft must be a TinyLlama"):
+        target_share(MODEL, "small", 100, 16)
