@@ -2,8 +2,9 @@
 
 - ``block_pool``: the blocks themselves (:class:`KVCacheBlock`), their reference counts, the
   free queue in LRU order and the prefix cache of full blocks by hash.
-- ``block_manager``: each sequence's block table, copy-on-write and prefix hashing; the
-  caller owns each sequence's token list, which the manager only reads.
+- ``block_manager``: each sequence's block table, copy-on-write and prefix hashing, and the
+  rollback of speculative tokens (chapter 8); the caller owns each sequence's token list,
+  which the manager only reads. ``block_arguments`` holds the checks of its arguments.
 - ``usage``: what the blocks hold at a moment: statistics (:func:`block_usage`) and
   snapshots for the figures (:func:`block_snapshot`).
 - ``paged_cache``: :class:`PagedKVCache`, the cache the model writes to and reads from, and

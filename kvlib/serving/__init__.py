@@ -1,5 +1,6 @@
 """Serving many requests in one KV budget (chapter 4): scheduler, memory policies, simulator and
-a real engine.
+a real engine; and what engines do now (chapter 8): latency targets, chunked prefill, swapping,
+speculative decoding, prefix caching predicted, the cache over many GPUs.
 
 Modules, bottom to top (each imports only those above it):
 
@@ -20,6 +21,24 @@ Modules, bottom to top (each imports only those above it):
 - ``calibration``: the engine's step times measured and fitted into a step-time model.
 - ``sharing``: parallel sampling and beam search sharing blocks (copy-on-write).
 - ``policy_comparison``: chapter 4's experiments, and ``bench()`` for ``python -m kvlib bench``.
+
+Added for the latency view of chapter 4 and for chapter 8 (each with a ``bench()`` where the
+CLI lists it):
+
+- ``swap``: the host pool a swapped-out request's blocks go to, and the transfer time model
+  (the scheduler's second preemption mode).
+- ``latency``: TTFT, TPOT (p50, p99), the paper's normalised latency, goodput under an SLO.
+- ``rate_comparison``: the paper's Figure 12: the request rate each policy sustains at equal
+  latency on the A100 OPT-13B model (chapter 4).
+- ``speculative``: speculative decoding over the paged cache, with rollback of rejected guesses;
+  ``speculative_engine``: the real engine's speculative decoder, and the one budget both caches
+  share; ``speculative_bench``: drafts from the target's own layers, acceptance and speed-up.
+- ``chunked_prefill``: the token budget of a step against TTFT and the gaps between tokens.
+- ``swap_analysis``: swapping against recomputation (the A100 link, the break-even length).
+- ``prefix_gain`` and ``prefix_measured``: prefix caching's gain predicted, then simulated.
+- ``disaggregation``: the cache under tensor and pipeline parallelism, and the prefill-to-decode
+  hand-over of disaggregated serving.
+- ``vllm_flags``: every serving knob of kvlib beside the vLLM flag that sets it.
 """
 
 from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
