@@ -71,6 +71,71 @@ def hygiene_problems(path: Path) -> list[str]:
                 near = text[max(0, match.start() - 20) : match.end() + 20]
                 problems.append(f"code cell {i} output shows a local path near {near!r}")
         problems.extend(f"code cell {i}: {problem}" for problem in unclassified_assertions(cell.source))
+        if "solution(" in cell.source and "remove-cell" not in cell.metadata.get("tags", []):
+            # issue 16: an exercise's solution is proven where the reader does not see it
+            problems.append(f"code cell {i} shows a solution: tag it remove-cell, or pose a blank instead")
+    problems.extend(readability_problems(nb))
+    return problems
+
+
+# Readable chapters (issue 16): no stretch of prose longer than this many lines without a code cell,
+# a figure, a table, an equation or an admonition between; and a key-idea box opening every section.
+MAX_PROSE_LINES = 25
+UNBOXED_SECTIONS = ("Summary", "Exercises", "On a GPU", "References")
+KEY_IDEA = ":::{admonition} Key idea"
+
+
+def _prose_runs(text: str) -> list[int]:
+    """Lengths of the runs of prose lines in a markdown cell: fenced blocks (code, directives,
+    admonitions), tables, display math and images break a run."""
+    runs, run, fence = [], 0, None
+    for line in text.splitlines():
+        stripped = line.strip()
+        opener = re.match(r"^(`{3,}|:{3,})", stripped)
+        if fence:
+            if stripped.startswith(fence):
+                fence = None
+            continue
+        if opener:
+            runs.append(run)
+            run, fence = 0, opener.group(1)
+        elif stripped.startswith(("|", "$$", "![", "<img")):
+            runs.append(run)
+            run = 0
+        else:
+            run += 1
+    return [*runs, run]
+
+
+def readability_problems(nb) -> list[str]:
+    """Prose runs over :data:`MAX_PROSE_LINES` (across consecutive markdown cells) and sections
+    (``## ``) whose first cell has no key-idea box."""
+    problems, run, start = [], 0, 0
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            run = 0
+            continue
+        runs = _prose_runs(cell.source)
+        if len(runs) == 1:  # no break inside: the run goes on from the previous cell
+            run, start = (run + runs[0], start) if run else (runs[0], i)
+        else:
+            if run + runs[0] > MAX_PROSE_LINES:
+                problems.append(f"markdown cells {start}-{i}: {run + runs[0]} lines of prose without a break")
+            problems.extend(
+                f"markdown cell {i}: {n} lines of prose without a break"
+                for n in runs[1:-1]
+                if n > MAX_PROSE_LINES
+            )
+            run, start = runs[-1], i
+        if run > MAX_PROSE_LINES:
+            problems.append(f"markdown cells {start}-{i}: {run} lines of prose without a break")
+            run = 0
+        for heading in re.findall(r"^## (.+)$", cell.source, flags=re.M):
+            if (
+                not heading.startswith(UNBOXED_SECTIONS)
+                and KEY_IDEA not in cell.source.split("## " + heading, 1)[1][:1500]
+            ):
+                problems.append(f"markdown cell {i}: section {heading[:40]!r} opens without a key-idea box")
     return problems
 
 

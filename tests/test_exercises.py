@@ -56,17 +56,46 @@ def test_numeric_answer_accepts_close_names_known_mistakes_and_rejects_non_numbe
     assert "number" in numeric_answer(True, 400.0, mistakes)
 
 
-@pytest.mark.parametrize("chapter", [int(m[2:]) for m in MODULES])
-def test_each_chapter_notebook_checks_every_reference_solution(chapter):
-    """CI proves an exercise solvable only if its chapter calls its check with the solution."""
+def _notebook_cells(chapter: int) -> list:
     from pathlib import Path
 
+    import nbformat
+
     (notebook,) = Path(__file__).resolve().parent.parent.joinpath("book").glob(f"{chapter:02d}_*.ipynb")
-    text = notebook.read_text(encoding="utf-8")
+    return [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+
+
+@pytest.mark.parametrize("chapter", [int(m[2:]) for m in MODULES])
+def test_each_chapter_notebook_poses_every_exercise_and_proves_its_solution_out_of_sight(chapter):
+    """The reader sees a blank and a check; CI proves the solution in a cell the book does not show."""
+    cells = _notebook_cells(chapter)
+    hidden = [c.source for c in cells if "remove-cell" in c.metadata.get("tags", [])]
+    visible = [c.source for c in cells if "remove-cell" not in c.metadata.get("tags", [])]
     for key in exercises.exercise_keys(chapter):
-        assert f'check(\\"{key}\\", solution(\\"{key}\\"))' in text, (
-            f"{notebook.name} does not check exercise {key}"
+        assert any(f'check("{key}", solution("{key}"))' in src for src in hidden), (
+            f"chapter {chapter} does not prove exercise {key} in a remove-cell cell"
         )
+        posed = [src for src in visible if f'check("{key}", ' in src]
+        assert posed and all("solution(" not in src and "= ..." in src for src in posed), (
+            f"chapter {chapter} must pose exercise {key} with a blank (answer = ...) and check it"
+        )
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_an_unanswered_exercise_gives_its_first_hint_without_judging(key):
+    feedback = exercises.check(key, ...)
+    assert not feedback.ok and not feedback.answered
+    assert feedback.message == f"not answered yet. First hint: {exercises.first_hint(key)}"
+    assert repr(feedback).startswith(f"… Exercise {key}: not answered yet")
+    assert len(exercises.first_hint(key)) > 20  # a sentence, not a placeholder
+
+
+def test_a_missing_first_hint_is_named(monkeypatch):
+    import kvlib.exercises.ch2 as ch2
+
+    monkeypatch.setattr(ch2, "FIRST_HINTS", {})
+    with pytest.raises(KVLibError, match="exercise 2.1 has no first hint: add it to FIRST_HINTS"):
+        exercises.check("2.1", ...)
 
 
 # ---------------------------------------------------------------- hardening (issue 13)

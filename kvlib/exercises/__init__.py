@@ -9,7 +9,10 @@ Each chapter has a module ``kvlib.exercises.chN`` with, for exercise ``N.k``:
   proves each exercise is solvable. Unit tests feed wrong answers (each module's
   ``WRONG_ANSWERS``) to prove each check can fail.
 
-Readers call ``check("N.k", answer)`` with their own answer. ``feedback`` holds
+Readers call ``check("N.k", answer)`` with their own answer; each chapter shows the exercise with
+a blank, ``answer = ...``, for which the check gives the first hint (``FIRST_HINTS`` of the
+chapter's module) instead of a verdict; the notebook proves the reference solution in a cell
+the reader does not see (tagged ``remove-cell``). ``feedback`` holds
 :func:`check`, :func:`solution`, :class:`Feedback`, and :func:`numeric_answer`,
 :func:`as_number` and :func:`returned_hint`, the helpers the chapters' checks share.
 """
@@ -19,9 +22,19 @@ from kvlib.exercises.feedback import (
     as_number,
     check,
     exercise_keys,
+    first_hint,
     numeric_answer,
     returned_hint,
     solution,
 )
 
-__all__ = ["Feedback", "as_number", "check", "exercise_keys", "numeric_answer", "returned_hint", "solution"]
+__all__ = [
+    "Feedback",
+    "as_number",
+    "check",
+    "exercise_keys",
+    "first_hint",
+    "numeric_answer",
+    "returned_hint",
+    "solution",
+]

@@ -22,19 +22,19 @@ from kvlib import KVLibError
 
 @dataclass(frozen=True)
 class Feedback:
-    """Outcome of one check: printed as a line starting with ✔ (right) or ✘ (a hint)."""
+    """Outcome of one check: printed as a line starting with ✔ (right), ✘ (a hint) or … (not answered yet)."""
 
     key: str
     ok: bool
     message: str
+    answered: bool = True  # False while the reader's answer is still the blank ``...``
 
     def __bool__(self) -> bool:
         return self.ok
 
     def __repr__(self) -> str:
-        return (
-            f"✔ Exercise {self.key}: {self.message}" if self.ok else f"✘ Exercise {self.key}: {self.message}"
-        )
+        mark = "✔" if self.ok else ("✘" if self.answered else "…")
+        return f"{mark} Exercise {self.key}: {self.message}"
 
 
 def as_number(value) -> int | float | None:
@@ -101,9 +101,30 @@ def _function(key: str, prefix: str) -> Callable:
 
 
 def check(key: str, answer: Any) -> Feedback:
-    """Check a reader's answer to exercise ``key`` (e.g. ``"2.3"``)."""
-    hint = _function(key, "check")(answer)
+    """Check a reader's answer to exercise ``key`` (e.g. ``"2.3"``).
+
+    Each chapter's exercise cell starts as ``answer = ...``: while the answer is still that blank
+    (Python's ``Ellipsis``), the check does not judge it and raises nothing; it says the exercise
+    is not answered yet and gives its first hint (the chapter module's ``FIRST_HINTS``), so that a
+    reader sees a nudge, never the solution, before trying.
+    """
+    judge = _function(key, "check")
+    if answer is Ellipsis:
+        return Feedback(key, False, f"not answered yet. First hint: {first_hint(key)}", answered=False)
+    hint = judge(answer)
     return Feedback(key, hint is None, "correct." if hint is None else hint)
+
+
+def first_hint(key: str) -> str:
+    """The hint :func:`check` gives for exercise ``key`` before it is answered (``FIRST_HINTS``)."""
+    _function(key, "check")  # names an unknown exercise
+    chapter = key.partition(".")[0]
+    hints = getattr(importlib.import_module(f"kvlib.exercises.ch{chapter}"), "FIRST_HINTS", {})
+    if key not in hints:
+        raise KVLibError(
+            f"exercise {key} has no first hint: add it to FIRST_HINTS in kvlib/exercises/ch{chapter}.py"
+        )
+    return hints[key]
 
 
 def solution(key: str) -> Any:
