@@ -23,8 +23,8 @@ PACKAGES = (
 )
 MAX_LINES = 400
 # Names every module of a kind defines on purpose: the CLI calls each bench module's bench(),
-# and the exercise checker reads each chapter's WRONG_ANSWERS.
-PROTOCOL_NAMES = {"bench", "WRONG_ANSWERS"}
+# and the exercise checker reads each chapter's WRONG_ANSWERS and FIRST_HINTS.
+PROTOCOL_NAMES = {"bench", "WRONG_ANSWERS", "FIRST_HINTS"}
 
 
 def test_find_cycle_finds_a_cycle_and_only_a_cycle():

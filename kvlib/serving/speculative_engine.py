@@ -16,6 +16,7 @@ is preempted (its draft K/V are rebuilt when it comes back).
 from __future__ import annotations
 
 from kvlib import KVLibError
+from kvlib.cache.contiguous import kv_bytes_per_token
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.arguments import require_count
@@ -90,12 +91,6 @@ def speculator(
     return Speculator(target, draft, k, cache, draft_cache)
 
 
-def kv_bytes_per_token(model: TinyLlama) -> int:
-    """Bytes of K and V one cached token takes in ``model``'s paged cache (all layers, its dtype)."""
-    config, weight = model.config, model.lm_head.weight
-    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * weight.element_size()
-
-
 def target_share(target: TinyLlama, draft: TinyLlama, num_slots: int, block_size: int) -> int:
     """The target's token slots when its cache and the draft's share a budget of ``num_slots`` target slots.
 
@@ -106,6 +101,8 @@ def target_share(target: TinyLlama, draft: TinyLlama, num_slots: int, block_size
     """
     if not isinstance(draft, TinyLlama):
         raise KVLibError(f"draft must be a TinyLlama or None, not {type(draft).__name__}")
-    target_bytes, draft_bytes = kv_bytes_per_token(target), kv_bytes_per_token(draft)
+    target_bytes, draft_bytes = (
+        kv_bytes_per_token(m.config, m.lm_head.weight.dtype) for m in (target, draft)
+    )
     num_pairs = num_slots * target_bytes // ((target_bytes + draft_bytes) * block_size)
     return num_pairs * block_size

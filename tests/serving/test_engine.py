@@ -209,7 +209,8 @@ def test_the_stress_test_with_chunked_prefill_swapping_and_speculative_decoding_
 
 
 def test_the_draft_cache_comes_out_of_the_same_budget():
-    from kvlib.serving.speculative_engine import kv_bytes_per_token, target_share
+    from kvlib.cache.contiguous import kv_bytes_per_token
+    from kvlib.serving.speculative_engine import target_share
 
     draft = TinyLlama(
         ModelConfig(
@@ -217,7 +218,7 @@ def test_the_draft_cache_comes_out_of_the_same_budget():
         )
     )
     # target: 2 layers x K and V x 2 heads x head_dim 8 x 4 bytes = 256; draft: 1 x 2 x 2 x 8 x 4 = 128
-    assert (kv_bytes_per_token(MODEL), kv_bytes_per_token(draft)) == (256, 128)
+    assert (kv_bytes_per_token(MODEL.config), kv_bytes_per_token(draft.config)) == (256, 128)
     # 100 slots x 256 = 25,600 bytes; a pair of 16-token blocks costs 16 x 384 = 6,144: 4 pairs, 64 slots
     assert target_share(MODEL, draft, 100, 16) == 64
     with pytest.raises(KVLibError, match="draft must be a TinyLlama"):
