@@ -1,7 +1,8 @@
 """What the book's prose points at exists: every ``literalinclude`` names a file that exists
 and, with ``:pyobject:``, an object that file defines (the ``-W`` build would fail on a dangling
 one; this test says so in seconds, before the notebooks run); every ``kvlib/...`` path and every
-dotted ``kvlib.x.y`` name in the prose of the chapters, the pages and the README resolves."""
+dotted ``kvlib.x.y`` name in the prose of the chapters, the pages and the README resolves; every
+``{cite}`` key is an entry of ``book/references.bib``."""
 
 import ast
 import importlib
@@ -19,6 +20,8 @@ PAGES = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "book").glob("*
 PROSE = [*PAGES, ROOT / "README.md"]
 PATH = re.compile(r"(?<![\w/.])kvlib/[\w/.-]*[\w/]")  # kvlib/paged/block_pool.py, kvlib/sizing/configs/
 DOTTED = re.compile(r"(?<![\w/.])kvlib(?:\.[A-Za-z_]\w*)+")  # kvlib.paged.block_pool.BlockPool.allocate
+CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([\w.:-]+(?:\s*,\s*[\w.:-]+)*)`")  # {cite:p}`kwon2023vllm,vllmdocs`
+BIB_KEY = re.compile(r"^@\w+\{([^,\s]+),", flags=re.M)
 
 
 def _prose(page) -> str:
@@ -109,4 +112,31 @@ def test_the_reference_checker_can_fail():
     assert PATH.findall("see kvlib/sizing/configs/ and `kvlib/paged/kernels.py`.") == [
         "kvlib/sizing/configs/",
         "kvlib/paged/kernels.py",
+    ]
+
+
+def _cited(text: str) -> set[str]:
+    return {key.strip() for keys in CITE.findall(text) for key in keys.split(",")}
+
+
+def test_every_cited_key_is_in_the_bibliography():
+    entries = set(BIB_KEY.findall((ROOT / "book" / "references.bib").read_text(encoding="utf-8")))
+    assert {"kvarticle", "kvarticle_attention", "kvarticle_jamba"} <= entries  # the article, its companions
+    missing = {page.name: sorted(_cited(_prose(page)) - entries) for page in PAGES}
+    missing = {name: keys for name, keys in missing.items() if keys}
+    assert not missing, f"cited but not in book/references.bib: {missing}"
+
+
+def test_the_citation_checker_can_fail():
+    # a role named in inline code (`{cite:p}`, `{doc}`) is not a citation
+    assert _cited("as {cite:p}`kwon2023vllm, vllmdocs` and {cite:t}`ainslie2023gqa` show, {cite}`x`") == {
+        "kwon2023vllm",
+        "vllmdocs",
+        "ainslie2023gqa",
+        "x",
+    }
+    assert _cited("roles (`{cite:p}`, `{doc}`) stay as they are") == set()
+    assert BIB_KEY.findall("@misc{kvarticle,\n  title = {a}\n}\n@inproceedings{kwon2023vllm,\n") == [
+        "kvarticle",
+        "kwon2023vllm",
     ]
