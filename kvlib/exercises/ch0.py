@@ -166,3 +166,20 @@ WRONG_ANSWERS = {
     "0.2": [1.2862, 0.0013811, 1381.1, 777.5, 2.0],
     "0.3": [_median_ratio, _mean_ratio, _inverted, _raises, 4.0],
 }
+
+# ---- what check(key, ...) says before the reader has answered: a nudge, not the answer
+
+FIRST_HINTS = {
+    "0.1": (
+        "Sort the five samples first. Which statistic does the book's timer report, and how far can one "
+        "interrupted sample move it?"
+    ),
+    "0.2": (
+        "Time is bytes divided by bytes per second. Write both in plain units first: a GiB is 2**30 bytes, "
+        "1 GB/s is 1e9 bytes per second; then convert the seconds to milliseconds."
+    ),
+    "0.3": (
+        "Re-read the chapter's rule for comparing two amounts of work (after the first timing cell): which "
+        "sample of each list does it divide, and why that one?"
+    ),
+}
