@@ -76,3 +76,22 @@ def test_kvlibs_scheduler_prefills_the_prompt_of_8_2_in_4_steps():
     assert run.steps["prefill_tokens"][1:5].tolist() == [312, 312, 312, 64]
     assert run.finished[200].first_token_s - 1.0 == 4
     assert check("8.2", 4).ok
+
+
+@pytest.mark.parametrize("key", ["8.1", "8.2", "8.3", "8.4", "8.5"])
+def test_the_first_hint_nudges_without_giving_the_answer(key):
+    """check(key, ...) on the blank shows FIRST_HINTS[key]: none of the answer's numbers may be in it."""
+    from kvlib.exercises import first_hint, solution
+
+    def numbers(value):
+        if isinstance(value, dict):
+            return [n for v in value.values() for n in numbers(v)]
+        if isinstance(value, tuple | list):
+            return [n for v in value for n in numbers(v)]
+        return [] if isinstance(value, bool) else [value]
+
+    hint = first_hint(key)
+    for number in numbers(solution(key)):
+        for form in {f"{number:g}", f"{number:,}", f"{number:.3g}"}:
+            assert f" {form} " not in f" {hint} ", (key, form, hint)
+    assert not check(key, ...).ok and hint in repr(check(key, ...))
