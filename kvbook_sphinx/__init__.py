@@ -12,6 +12,12 @@ script Jupyter Book registers on every page (:func:`drop_duplicate_scripts`), an
 ``make test`` render the committed, executed notebooks without running them a second time
 (:func:`execution_from_environment`).
 
+It also carries the translated editions (kvbook_sphinx/i18n.py: the Japanese edition at ``ja/``):
+one gettext catalogue per page (:func:`catalogue_per_page`), the Japanese build rendering the
+notebooks as the English build just executed them instead of executing them again
+(:func:`executed_notebooks`), and on every page a link to the same page in the other language
+(:func:`language_links`).
+
 _config.yml points ``mathjax_path`` and ``nb_ipywidgets_js`` at ``offline/...``, paths
 relative to ``_static/``. The browser tests (tests/browser/) check that no page requests
 anything from outside the book.
@@ -20,10 +26,12 @@ anything from outside the book.
 from __future__ import annotations
 
 import filecmp
+import html
 import os
 import shutil
 from pathlib import Path
 
+import nbformat
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 
@@ -150,9 +158,98 @@ def execution_from_environment(app: Sphinx, config) -> None:
     config.nb_execution_mode = mode
 
 
+def catalogue_per_page(app: Sphinx, config) -> None:
+    """One gettext catalogue per page (book/02_cache_size.pot, .po), not one per folder (book.pot).
+
+    Translators then work on pages in parallel, and an English change touches only its page's
+    catalogue. The gettext build (``make translations``) and the translated builds must agree.
+    Messages keep the order of the page; their locations (a notebook's cell and line) are left
+    out, so that inserting a cell does not rewrite every later location in the .po files.
+    """
+    config.gettext_compact = False
+    config.gettext_location = False
+
+
+OUTPUTS_ENV = "KVBOOK_NB_OUTPUTS"  # a folder of executed notebooks to render instead of the sources
+
+
+def _cells(notebook) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source) for cell in notebook.cells]
+
+
+def executed_notebooks(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Render the executed copy of each notebook found in the folder ``KVBOOK_NB_OUTPUTS`` names.
+
+    myst-nb writes every notebook it renders, outputs included, to ``_build/jupyter_execute/``.
+    The Japanese edition is built after the English one with execution off and this variable set
+    to that folder, so its pages show the outputs the English build has just produced (executed
+    by ``make book``, the committed ones in ``make test``) and no notebook runs twice. The copy
+    must have the same cells as the source: one left over from an older source stops the build.
+    """
+    folder = os.environ.get(OUTPUTS_ENV, "")
+    path = Path(app.env.doc2path(docname))
+    if not folder or path.suffix != ".ipynb":
+        return
+    executed = Path(folder, *f"{docname}.ipynb".split("/"))
+    if not executed.is_file():
+        raise ExtensionError(
+            f"kvbook: {OUTPUTS_ENV}={folder} has no {docname}.ipynb: build the English edition first "
+            f"(make book or make build-check), whose executed notebooks the other editions render"
+        )
+    text = executed.read_text(encoding="utf-8")
+    if _cells(nbformat.reads(text, as_version=4)) != _cells(nbformat.reads(source[0], as_version=4)):
+        raise ExtensionError(
+            f"kvbook: {executed} is not the executed {path.name} (their cells differ): "
+            f"build the English edition again first"
+        )
+    source[0] = text
+
+
+# Every edition's folder under the English edition's root (kvbook_sphinx.i18n.EDITIONS), and the
+# name of each language written in that language.
+LANGUAGE_NAMES = {"en": "English", "ja": "日本語"}
+
+
+def edition_language(config) -> str:
+    """The language of the edition being built (Sphinx's ``language``; en when unset)."""
+    return (config.language or "en").split("_")[0]
+
+
+def language_links(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Link every page to the same page in the other editions: a line above the page's text and a
+    ``<link rel="alternate" hreflang>`` in its head. Relative links, so they work from any folder
+    or host: from book/02_cache_size.html to ja/book/02_cache_size.html and back (../../book/...).
+    """
+    from kvbook_sphinx.i18n import EDITIONS
+
+    here = edition_language(app.config)
+    if here not in EDITIONS:
+        return
+    target = app.builder.get_target_uri(pagename)
+    # up from this page to its edition's root, then up from there to the English root
+    english_root = "../" * (target.count("/") + EDITIONS[here].count("/"))
+    anchors, alternates = [], []
+    for language, folder in EDITIONS.items():
+        if language == here:
+            continue
+        href = html.escape(f"{english_root}{folder}{target}")
+        name = LANGUAGE_NAMES.get(language, language)
+        anchors.append(
+            f'<a class="kvbook-language" href="{href}" hreflang="{language}" lang="{language}">{name}</a>'
+        )
+        alternates.append(f'<link rel="alternate" hreflang="{language}" href="{href}" />')
+    context["metatags"] = context.get("metatags", "") + "\n".join(alternates)
+    if "body" in context:  # pages rendered from a document (not genindex or search)
+        line = f'<p class="kvbook-languages" style="text-align: right">{" · ".join(anchors)}</p>\n'
+        context["body"] = line + context["body"]
+
+
 def setup(app: Sphinx) -> dict:
     """Sphinx's entry point: connect the checks, the copy and the script filter to the build."""
     app.connect("config-inited", execution_from_environment)
+    app.connect("config-inited", catalogue_per_page)
+    app.connect("source-read", executed_notebooks)
+    app.connect("html-page-context", language_links)
     app.connect("builder-inited", check_assets)
     app.connect("build-finished", copy_assets)
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)  # after the others added theirs
