@@ -3,7 +3,8 @@ cache, why a doubled batch is not doubled throughput, what a shared system promp
 the KV budget of any variant as code.
 
 Each ``check_5_k`` computes the expected answer with kvlib (never typed in) and recognises
-the usual mistakes by the numbers they produce.
+the usual mistakes by the numbers they produce; ``FIRST_HINTS`` holds the nudge that
+:func:`kvlib.exercises.check` gives while an exercise is still the blank ``answer = ...``.
 """
 
 from __future__ import annotations
@@ -234,6 +235,31 @@ def check_5_5(answer):
                 )
             return f"{label}: expected {budget.num_slots:,} token slots, got {got:,}"
     return None
+
+
+FIRST_HINTS = {
+    "5.1": (
+        "Each lever multiplies the bytes of a token by its own factor. Write the three factors down one "
+        "by one (KV heads kept, bytes per stored number, attention layers kept) before multiplying; "
+        "what does an int8 number really take once its group's scales are counted?"
+    ),
+    "5.2": (
+        "The state does not grow with the context; the cache does. Work out the state's bytes for one "
+        "sequence first, then ask how many tokens of cache weigh as much."
+    ),
+    "5.3": (
+        "Split a decode step into a part paid once per step and a part paid per running sequence; the "
+        "tokens per second of a batch are the batch divided by the step's time."
+    ),
+    "5.4": (
+        "Prefix caching does not make the system prompt free: how many copies of it are still stored, "
+        "and how many are not?"
+    ),
+    "5.5": (
+        "The exercise's sentence is the recipe: turn each of its clauses (the share of the memory, the "
+        "weights, the states, the blocks) into one line of code, in that order."
+    ),
+}
 
 
 WRONG_ANSWERS = {
