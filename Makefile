@@ -1,11 +1,13 @@
 # kvbook: two commands do everything on a fresh machine with Python 3.10-3.12 and make.
 #   make book   - create .venv if missing, install the pins, execute every notebook, build _build/html
+#                 (English) and _build/html/ja (the Japanese edition, from the same executed notebooks)
 #   make test   - install the same way, then run every test (unit + hygiene, nbval, book build, browser)
 # The HTML serves its own MathJax and widget scripts: `make assets` (run by book/test) fetches the
 # npm packages pinned in package-lock.json into node_modules/ (with Python; no node needed).
 # Other targets: make lint (ruff, also the first step of make test), make unit-fast (the unit tests
 # without the slow ones, under a minute), make robust (the notebooks under adverse conditions),
-# make lab (open the notebooks in JupyterLab), make bench, make clean.
+# make lab (open the notebooks in JupyterLab), make bench, make clean, make translations (update
+# the Japanese catalogues after an English change), make book-ja (the Japanese edition alone).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -16,7 +18,8 @@ ASSETS := node_modules/.kvbook-installed
 NOTEBOOKS = $$($(PY) -m tests.toc)
 BUILD_FLAGS = -W -n --keep-going
 
-.PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust weights
+.PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust weights \
+	book-ja translations
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 12) else "kvbook needs Python 3.10-3.12, but $(PYTHON) is %d.%d (set PYTHON=python3.11)" % v)'
@@ -36,7 +39,8 @@ assets: $(ASSETS)
 
 book: $(STAMP) $(ASSETS)
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
-	@echo "The book is at $(CURDIR)/_build/html/index.html"
+	@$(MAKE) --no-print-directory book-ja
+	@echo "The book is at $(CURDIR)/_build/html/index.html (日本語版: $(CURDIR)/_build/html/ja/index.html)"
 
 # The browser tests read the HTML that build-check writes, so they run after it; lint runs first
 # (seconds) so that a formatting slip fails before the long steps.
@@ -68,6 +72,33 @@ nbval: $(STAMP)
 # (kvbook_sphinx reads KVBOOK_NB_EXECUTION); `make book` executes them. -W still fails on a warning.
 build-check: $(STAMP) $(ASSETS)
 	KVBOOK_NB_EXECUTION=off $(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
+	@$(MAKE) --no-print-directory book-ja
+
+# The Japanese edition (日本語版), the Sphinx way (kvbook_sphinx/i18n.py): the gettext builder
+# extracts every page's messages into _build/i18n/_build/gettext/<page>.pot (one catalogue per
+# page), sphinx-intl (pinned) merges them into locales/ja/LC_MESSAGES/<page>.po, and translators
+# fill in their msgstr lines. Run `make translations` after changing the English text: it updates
+# the catalogues and prints, per catalogue, the messages still untranslated or fuzzy.
+POT_DIR := _build/i18n/_build/gettext
+translations: $(STAMP)
+	rm -rf $(POT_DIR)
+	KVBOOK_NB_EXECUTION=off $(VENV)/bin/jupyter-book build . --builder custom --custom-builder gettext \
+	  --path-output _build/i18n $(BUILD_FLAGS)
+	$(PY) -m kvbook_sphinx.i18n pot $(POT_DIR)
+	$(VENV)/bin/sphinx-intl update --pot-dir $(POT_DIR) --locale-dir locales --language ja --no-obsolete
+	@$(PY) -m kvbook_sphinx.i18n status ja
+
+# The Japanese edition at _build/html/ja/ (book and build-check run it after the English build).
+# Its configuration is _config.yml with language: ja (written under _build/, Sphinx must know the
+# language before it starts); it executes no notebook but renders each one as the English build
+# has just left it in _build/jupyter_execute/ (executed by make book, as committed in make test).
+JA_BUILD := _build/ja
+book-ja: $(STAMP) $(ASSETS)
+	$(PY) -m kvbook_sphinx.i18n config ja $(JA_BUILD)/_config.yml
+	KVBOOK_NB_EXECUTION=off KVBOOK_NB_OUTPUTS=$(CURDIR)/_build/jupyter_execute \
+	  $(VENV)/bin/jupyter-book build . --config $(JA_BUILD)/_config.yml --path-output $(JA_BUILD) $(BUILD_FLAGS)
+	rm -rf _build/html/ja
+	cp -R $(JA_BUILD)/_build/html _build/html/ja
 
 # The notebooks' claims must hold on any machine, so `make robust` runs strict nbval three more
 # times: as if the last-level cache were 512 MiB (every size chosen from it grows: DRAM buffers
