@@ -78,3 +78,17 @@ def test_a_right_quantizer_that_scribbles_on_its_input_still_passes():
         return y
 
     assert check("7.5", in_place).ok
+
+
+@pytest.mark.parametrize("key", ["7.1", "7.2", "7.4"])
+def test_the_first_hint_nudges_without_giving_the_answer(key):
+    """check(key, ...) on the blank shows FIRST_HINTS[key]: the answer may not be in it."""
+    from kvlib.exercises import first_hint, solution
+
+    hint, answer = first_hint(key), solution(key)
+    if isinstance(answer, list):  # 7.4: the positions, alone or as the list
+        forms = {str(answer), *(str(n) for n in answer)}
+    else:  # 7.1 and 7.2: the number of bytes, as the worked solution writes it or rounded
+        forms = {f"{answer:g}", f"{answer:,.0f}", f"{answer:.0f}"}
+    assert not any(f" {form} " in f" {hint} " for form in forms), (key, forms, hint)
+    assert not check(key, ...).ok and hint in repr(check(key, ...))
