@@ -41,13 +41,14 @@ NOT_PAGES = {"genindex.html", "search.html"}
 
 
 def built_pages(html_dir: Path = HTML_DIR) -> list[str]:
-    """Every HTML page of the built book, relative to its root (new chapters are found automatically)."""
+    """Every HTML page of the built book, relative to its root (new chapters are found automatically),
+    the Japanese edition's under ja/ included (not the theme's templates under _static/)."""
     if not html_dir.is_dir():
         return []
     return sorted(
         p.relative_to(html_dir).as_posix()
         for p in html_dir.rglob("*.html")
-        if p.name not in NOT_PAGES and not p.relative_to(html_dir).parts[0].startswith("_")
+        if p.name not in NOT_PAGES and not any(part.startswith("_") for part in p.relative_to(html_dir).parts)
     )
 
 
