@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvlib import KVLibError
@@ -37,6 +38,10 @@ def _priority(seq: SeqState) -> tuple[float, int]:
 
 
 PREEMPTION_MODES = ("recompute", "swap")  # vLLM's --preemption-mode
+
+# A preemption policy (chapter 4's exercise 4.6): given the running requests that could give their
+# memory up, oldest first, it returns the one to preempt.
+VictimPolicy = Callable[[tuple[SeqState, ...]], SeqState]
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,9 @@ class Scheduler:
     Each :meth:`schedule` call plans one step; :meth:`complete` records the tokens the step
     produced and retires finished requests. The driver (the simulator or the real engine)
     keeps the clock and runs the plans. ``host``: the host pool of ``preemption_mode="swap"``
-    (the drivers make it from ``config.num_host_blocks``).
+    (the drivers make it from ``config.num_host_blocks``). ``victim``: a preemption policy that
+    replaces first come, first served's choice of whom to preempt (see :meth:`victim`); None
+    keeps it.
     """
 
     def __init__(
@@ -99,10 +106,17 @@ class Scheduler:
         requests: list[Request],
         config: SchedulerConfig = SchedulerConfig(),
         host: HostPool | None = None,
+        victim: VictimPolicy | None = None,
     ):
         if config.preemption_mode == "swap" and not isinstance(host, HostPool):
             raise KVLibError("preemption_mode 'swap' needs a HostPool (host=...)")
+        if victim is not None and not callable(victim):
+            raise KVLibError(
+                f"victim must be a function (running requests -> the one to preempt) or None, not "
+                f"{type(victim).__name__}"
+            )
         self.memory, self.config, self.host = memory, config, host
+        self.victim_policy = victim  # None: FCFS, the youngest running request is preempted
         self.pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.req_id)))  # not arrived yet
         self.waiting: deque[SeqState] = deque()  # arrived, not running; preempted ones at the front
         self.running: list[SeqState] = []  # in priority order: oldest first
@@ -161,13 +175,14 @@ class Scheduler:
         1. Arrivals: every request with ``arrival_s <= now`` joins the back of the queue.
         2. Decodes: each running request, oldest first (arrival time, then id), asks the
            memory for a slot for its newest token (:meth:`Memory.append`). When the memory
-           has none, the youngest running request is preempted by recomputation: its
-           memory is released, it keeps the tokens it generated, and it goes back to the
-           *front* of the queue, to be prefilled again later over its prompt and those
-           tokens. This repeats until the slot is found or the request itself was the
-           victim; a request preempted for an older one is skipped. Decodes come before
-           admissions and do not count against the token budget: a newcomer never takes
-           the slot a running request needs.
+           has none, the youngest running request is preempted by recomputation (the
+           choice of :meth:`victim`, which a preemption policy may change): its memory is
+           released, it keeps the tokens it generated, and it goes back to the *front* of
+           the queue, to be prefilled again later over its prompt and those tokens. This
+           repeats until the slot is found or the request itself was the victim; a request
+           preempted for an older one is skipped. Decodes come before admissions and do not
+           count against the token budget: a newcomer never takes the slot a running
+           request needs.
         3. Prefills: queued requests join in queue order (preempted ones first, then by
            arrival) while fewer than ``max_num_seqs`` run, while their whole sequence (a
            cached prefix included) fits in what is left of ``max_prefill_tokens`` (the
@@ -212,7 +227,7 @@ class Scheduler:
             if seq.seq_id in preempted or seq.seq_id in self.prefilling:
                 continue  # preempted for an older request in this loop, or still being prefilled
             while not self.memory.append(seq):
-                victim = self.running[-1]
+                victim = self.victim(seq)
                 self._preempt(victim)
                 preempted.add(victim.seq_id)
                 if victim is seq:
@@ -221,6 +236,26 @@ class Scheduler:
                 decodes.append(seq)
                 self.held += 1
         return decodes
+
+    def victim(self, seq: SeqState) -> SeqState:
+        """The running request to preempt so that ``seq`` gets a slot for its newest token.
+
+        First come, first served (the default, as in vLLM): the youngest running request, the
+        last of :attr:`running`; it may be ``seq`` itself. With a ``victim`` policy the policy
+        picks instead, among the requests that may give their memory up: ``seq`` and every
+        running request younger than it (the older ones already have their slot for this step),
+        a tuple, oldest first, whose last element is the default's choice.
+        """
+        if self.victim_policy is None:
+            return self.running[-1]
+        candidates = tuple(self.running[self.running.index(seq) :])
+        chosen = self.victim_policy(candidates)
+        if not any(chosen is candidate for candidate in candidates):
+            raise KVLibError(
+                f"the victim policy returned {chosen!r}"[:100]
+                + f" ({type(chosen).__name__}), not one of the {len(candidates)} running requests given to it"
+            )
+        return chosen
 
     def _swap_in(self) -> list[SeqState]:
         """Swapped-out requests back into memory, oldest first, while they fit: each decodes at once."""

@@ -17,7 +17,7 @@ from kvlib import KVLibError
 from kvlib.serving.arguments import require_count
 from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
-from kvlib.serving.scheduler import Scheduler, SchedulerConfig
+from kvlib.serving.scheduler import Scheduler, SchedulerConfig, VictimPolicy
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.swap import HostPool, SwapTimeModel
 from kvlib.serving.traces import Request
@@ -35,6 +35,7 @@ def simulate(
     allocator: str = "buddy",
     watermark: float = 0.01,
     swap_model: SwapTimeModel | None = None,
+    victim: VictimPolicy | None = None,
 ) -> RunResult:
     """Serve ``requests`` with one policy and a budget of ``num_slots`` token slots; time from ``step_model``.
 
@@ -46,7 +47,10 @@ def simulate(
     prefill and swapping. With ``config.preemption_mode="swap"`` a host pool of
     ``config.num_host_blocks`` blocks is counted, and ``swap_model`` (required then: for
     example :func:`kvlib.serving.swap_analysis.a100_swap_model`) times each step's copies,
-    added to the step's time (vLLM copies before the forward pass).
+    added to the step's time (vLLM copies before the forward pass). ``victim``: a preemption
+    policy, a function that takes the running requests that may be preempted (a tuple of
+    :class:`~kvlib.serving.types.SeqState`, oldest first) and returns the one to preempt; None
+    keeps first come, first served's choice, the youngest (:meth:`Scheduler.victim`).
     """
     requests = checked_requests(requests)
     if not isinstance(step_model, StepTimeModel):
@@ -76,7 +80,7 @@ def simulate(
         watermark=watermark,
     )
     host = HostPool(config.num_host_blocks, block_size) if config.preemption_mode == "swap" else None
-    scheduler = Scheduler(memory, requests, config, host)
+    scheduler = Scheduler(memory, requests, config, host, victim)
     now, durations = 0.0, []
     while scheduler.has_work():
         if not scheduler.running and not scheduler.waiting and not scheduler.swapped:

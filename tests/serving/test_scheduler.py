@@ -334,3 +334,68 @@ def test_prefix_caching_stores_a_shared_system_prompt_once():
     }
     assert runs[False].stored_per_held == pytest.approx(1.0, abs=0.02)  # unshared: every held token is stored
     assert runs[True].stored_per_held < 0.5  # the 64 shared tokens are stored once, not once per request
+
+
+# --------------------------------------------------------------------------- preemption policies (issue 16)
+
+
+def _outcome(result):
+    return [(s.seq_id, s.num_preemptions, s.finish_s, s.first_token_s) for s in result.finished]
+
+
+def test_without_a_victim_policy_the_youngest_is_preempted_and_every_output_is_unchanged():
+    """The hook's default is the FCFS rule: a policy that returns the last candidate changes nothing."""
+    requests = make_trace(TraceSpec("t", 30, 60, max_len=256), 60, math.inf, seed=1)
+    default = run_all(requests, "paged", 1024, max_len=256)
+    youngest = run_all(requests, "paged", 1024, max_len=256, victim=lambda running: running[-1])
+    assert default.num_preemptions > 10
+    assert _outcome(default) == _outcome(youngest)
+    assert default.preempted_generated.tolist() == youngest.preempted_generated.tolist()
+    for name in default.steps:
+        assert np.array_equal(default.steps[name], youngest.steps[name]), name
+
+
+def test_a_victim_policy_chooses_among_the_asker_and_the_younger_running_requests():
+    requests = [request(i, 4, 8) for i in range(3)]
+    memory = make_memory("paged", 24, 12, block_size=4)
+    memory.watermark_blocks = 0
+    offered = []
+
+    def oldest(running):
+        offered.append((running, list(scheduler.running)))
+        return running[0]
+
+    scheduler = Scheduler(memory, requests, victim=oldest)
+    while scheduler.has_work():
+        plan = scheduler.schedule(0.0)
+        memory.mark_computed(plan)
+        scheduler.complete(plan, [7] * plan.num_seqs, 0.0)
+    assert offered
+    for candidates, running in offered:
+        # a tuple, a suffix of the running list, oldest first: those older than the asker have their slot
+        assert isinstance(candidates, tuple) and list(candidates) == running[len(running) - len(candidates) :]
+    counts = {s.seq_id: s.num_preemptions for s in scheduler.finished}
+    # the same memory as test_the_youngest_request_is_preempted_and_resumes_first: when request 0 asks
+    # for its third block, it is the first candidate, and this policy preempts it, not request 2
+    assert counts[0] >= 1
+    assert scheduler.held == 0 and len(scheduler.finished) == 3
+    assert all(s.generated == [7] * 8 for s in scheduler.finished)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_request_completes_whichever_request_a_policy_preempts(seed):
+    chooser = random.Random(seed)
+    requests = make_trace(TraceSpec("t", 30, 60, max_len=256), 50, math.inf, seed=seed)
+    result = run_all(requests, "paged", 768, max_len=256, victim=lambda running: chooser.choice(running))
+    assert result.num_preemptions > 0
+    assert sorted(s.seq_id for s in result.finished) == list(range(50))
+    assert all(s.num_generated == s.request.output_len for s in result.finished)
+    assert np.all(sum(result.steps[c] for c in CATEGORIES) == 768)
+
+
+def test_a_victim_policy_that_returns_no_running_request_or_is_no_function_is_refused():
+    requests = make_trace(TraceSpec("t", 30, 60, max_len=256), 40, math.inf, seed=2)
+    with pytest.raises(KVLibError, match=r"victim policy returned \d+ \(int\), not one of the \d+ running"):
+        run_all(requests, "paged", 1024, max_len=256, victim=lambda running: len(running))
+    with pytest.raises(KVLibError, match="victim must be a function"):
+        run_all(requests, "paged", 1024, max_len=256, victim="longest")
