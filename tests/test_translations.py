@@ -35,12 +35,21 @@ LANGUAGE = "ja"
 CATALOGUES = i18n.catalogue_dir(LANGUAGE)
 PO_FILES = sorted(CATALOGUES.rglob("*.po"))
 IN_PROGRESS = ROOT / i18n.LOCALES / LANGUAGE / i18n.IN_PROGRESS
+
+
+def _left() -> str:
+    states = i18n.catalogue_states(LANGUAGE)
+    untranslated, fuzzy = sum(s.untranslated for s in states), sum(s.fuzzy for s in states)
+    return f"{untranslated} untranslated and {fuzzy} fuzzy messages in {len(states)} catalogues"
+
+
 translation_in_progress = pytest.mark.skipif(
     IN_PROGRESS.exists(),
     reason=(
-        f"the Japanese translation is in progress ({IN_PROGRESS.relative_to(ROOT)} exists): untranslated, "
-        "fuzzy and out-of-date messages are allowed until the lead removes that file when the "
-        "translators have finished; `make translations` lists what is left"
+        f"the Japanese translation is in progress ({IN_PROGRESS.relative_to(ROOT)} exists; now "
+        f"{_left() if IN_PROGRESS.exists() else ''}): untranslated, fuzzy and out-of-date messages are "
+        "allowed until the lead removes that file when the translators have finished; "
+        "`make translations` lists what is left per catalogue"
     ),
 )
 # English terms (as the prose writes them) -> the glossary entry whose Japanese term a translation uses
