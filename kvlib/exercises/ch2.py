@@ -12,6 +12,30 @@ from kvlib.sizing.catalog import catalog_config, catalog_entry
 from kvlib.sizing.spec import bytes_per_token, cache_bytes
 from kvlib.units import GiB
 
+# What check("2.k", ...) says while the answer is still the blank: a nudge, never the answer.
+FIRST_HINTS = {
+    "2.1": (
+        "Write out 2 x L x H_kv x D_head x S x B x b with this model's numbers; which heads does the "
+        "cache store, the query heads or the KV heads?"
+    ),
+    "2.2": (
+        "One token adds a key and a value per KV head in every layer; look carefully at where this "
+        "config's head width comes from."
+    ),
+    "2.3": (
+        "Not every layer keeps every token: count the layers that keep all 8,192 tokens and those that "
+        "keep at most 4,096 separately, then add them up."
+    ),
+    "2.4": (
+        "First find the memory left for caches (the GPU less the weights and the overhead), then divide "
+        "it by one sequence's cache in each format and round down."
+    ),
+    "2.5": (
+        "Start from the formula's bytes per token, then read the five configs with catalog_config(name): "
+        "which keys give the layers, the heads and the head width, and which layers attend?"
+    ),
+}
+
 # ---- 2.1 a quick calculation
 
 
