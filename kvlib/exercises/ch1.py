@@ -85,14 +85,11 @@ def check_1_2(answer):
             / (
                 2 * o
             ): "that is the extra time over the cached run; the speedup is the ratio of the totals (add 1)",
-            1
-            + c
-            * (n + 1)
-            / o: "the average no-cache step has length (n + 1) / 2, not n + 1: divide the growing term by 2",
-            1
-            + c
-            * n
-            / o: "the average no-cache step has length (n + 1) / 2, not n: divide the growing term by 2",
+            # 1 + c n / o lies within the tolerance of this one: the one hint names both slips
+            1 + c * (n + 1) / o: (
+                "the average no-cache step has length (n + 1) / 2, not n + 1 (or n): divide the growing "
+                "term by 2"
+            ),
         },
         rel=5e-3,
         what="total time without a cache over total time with one",
@@ -307,4 +304,29 @@ WRONG_ANSWERS = {
     "1.3": [3_075_065_856, 512_510_976, 256_255_488, 1_025_024_000, 1_024_000_000],
     "1.4": [73_400_320, 319_160_320, 122_880_000, 491_520_000, 245_760_000 * 448],
     "1.5": [_PositionsStayAtZero, _ForgetsThePast, _OneListForAllLayers, ListKVCache(_SMALL, 1, 4), int],
+}
+
+# ---- what check(key, ...) says before the reader has answered: a nudge, not the answer
+
+FIRST_HINTS = {
+    "1.1": (
+        "Without a cache, every step runs the model over all the tokens that exist by then. How many does "
+        "the first step run over, the second, the last? Then add them up."
+    ),
+    "1.2": (
+        "Write the total time of each way as a sum over the 400 steps: a cached step costs o, a step "
+        "without the cache o plus c times its length. The speedup is the ratio of the two totals."
+    ),
+    "1.3": (
+        "First work out the bytes that one token's keys and values take over both layers; then ask how "
+        "many tokens the new tensors of each step hold."
+    ),
+    "1.4": (
+        "Ask first whose positions cross-attention's keys and values belong to: the generated tokens, or "
+        "the encoder's frames? Then multiply the factors, one at a time."
+    ),
+    "1.5": (
+        "Start from the contiguous cache's attend in 'A real (tiny) decoder': keep K and V per layer "
+        "(a Python list is enough), and let prepare remember where the new tokens start."
+    ),
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from kvlib.cache.eviction import eviction_policy
+from kvlib.exercises.ch7_hints import FIRST_HINTS  # noqa: F401 (read by check through this module)
 from kvlib.exercises.feedback import (  # a number checked against the mistakes it is known for
     as_number,
     numeric_answer,
@@ -26,29 +27,6 @@ from kvlib.train.trainer import QUALITY_MODEL
 HEADS_AND_LAYERS = QUALITY_MODEL.num_layers * QUALITY_MODEL.num_kv_heads  # 4 x 8: K (and V) vectors a token
 KIVI_TOKENS = 500  # the context of exercise 7.2: 3 groups of 128 quantized, 116 in the residual
 
-# What check("7.k", ...) says before the exercise is answered: a nudge, never the answer
-FIRST_HINTS = {
-    "7.1": (
-        "count one key vector of 16 values first: its 4-bit codes, and what each group of 8 values stores "
-        "beside them; then multiply by K and V, the KV heads and the layers"
-    ),
-    "7.2": (
-        "split the 500 tokens into those already quantized (whole blocks of 128) and those still waiting "
-        "in fp16, and price a token of each kind per KV head and layer"
-    ),
-    "7.3": (
-        "query heads that read old heads 0 and 1 will read new head 0 (and 2 and 3, new head 1): a new "
-        "head's row r is made from row r of the heads it replaces"
-    ),
-    "7.4": (
-        "list the positions StreamingLLM holds when position 384 is read (its sinks and its most recent "
-        "tokens), then keep those that belong to the register"
-    ),
-    "7.5": (
-        "reshape the last dim into (groups, group_size), take each group's min and max with keepdim=True, "
-        "and think about a group whose values are all equal"
-    ),
-}
 
 # ---- 7.1 an int4 cache, scales included
 

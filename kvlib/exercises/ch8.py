@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from kvlib.exercises.ch8_hints import FIRST_HINTS  # noqa: F401 (read by check through this module)
 from kvlib.exercises.feedback import (  # a number checked against the mistakes it is known for
     as_number,
     numeric_answer,
@@ -25,30 +26,6 @@ from kvlib.serving.traces import Request
 from kvlib.serving.types import SeqState
 from kvlib.sizing.catalog import catalog_entry
 from kvlib.sizing.parallel import kv_heads_per_gpu, per_gpu_bytes
-
-# What check("8.k", ...) says before the exercise is answered: a nudge, never the answer
-FIRST_HINTS = {
-    "8.1": (
-        "TTFT is the wait from the request's arrival to its first token; TPOT is the mean gap between "
-        "the output tokens after that. A request meets an SLO only if it meets every target"
-    ),
-    "8.2": (
-        "each step the running decodes take their tokens of the budget first, and the prompt gets what is "
-        "left: count how many such chunks the prompt needs, and remember that a step is whole"
-    ),
-    "8.3": (
-        "a pass yields one token more than the drafts accepted before the first rejection, and a draft "
-        "counts only if every draft before it was accepted too"
-    ),
-    "8.4": (
-        "the cache holds K and V of the KV heads, not of the query heads: share those heads over the GPUs, "
-        "and ask what happens when there are more GPUs than KV heads"
-    ),
-    "8.5": (
-        "one token's K/V is 2 (K and V) x layers x KV heads x head_dim x bytes per value; then mind the "
-        "link's unit: Gb/s counts bits"
-    ),
-}
 
 # ---- 8.1 one request's TTFT and TPOT, and the SLO
 
