@@ -77,6 +77,10 @@ def test_there_are_catalogues():
 def test_every_catalogue_compiles(path):
     catalogue, messages = _messages(path)
     assert catalogue.locale is not None and str(catalogue.locale) == LANGUAGE, f"{path}: Language is not ja"
+    for message in messages:
+        # babel flags any "5% of" as a Python format ("% o"): these messages are MyST prose, which no
+        # format operator ever reads, and Sphinx compiles them without that check
+        message.flags.discard("python-format")
     errors = [(m.id, [str(e) for e in errs]) for m, errs in catalogue.check()]
     assert errors == [], f"{path}: {errors}"
     compiled = BytesIO()
