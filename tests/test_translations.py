@@ -57,7 +57,7 @@ TERMS = {
     r"\bKV[- ]cache": "KV cache",
     r"(?<![-\w])attention\b(?![- ](?:sink|head))": "attention",
     r"\bprefill": "prefill",
-    r"\bdecod(?:e|es|ed|ing)\b": "decode step",
+    r"(?<!speculative )\bdecod(?:e|es|ed|ing)\b": "decode step",  # 投機的デコーディング is its own term
     r"\bblock tables?\b": "block table",
     r"\bthroughputs?\b": "throughput",
 }
