@@ -217,4 +217,5 @@ def test_bad_parallel_and_memory_inputs_are_named(inputs, message):
 def test_script_cannot_loop_on_an_infinite_share():
     """The tab froze when fixed() met Infinity (GPU memory under one byte): it now throws first."""
     assert "if (!Number.isFinite(x) || x < 0) throw" in SCRIPT
-    assert "if (gpu < 1n) throw" in SCRIPT
+    assert "if (gpu < 1n) fail(" in SCRIPT  # fail() throws kvlib's message (and its Japanese)
+    assert "function fail(" in SCRIPT and "    throw error;\n" in SCRIPT

@@ -7,12 +7,105 @@
 // share) and writes the answer exactly as kvlib.sizing.web_calculator.answer_rows formats it.
 // Byte counts are BigInts, exact like Python's integers; the browser tests
 // (tests/browser/test_calculator.py) check the displayed text against kvlib for many inputs.
+// On a page of the Japanese edition (<html lang="ja">) the form, the rows and the messages are
+// shown in Japanese (the glossary's terms, book/glossary.md) with the same numbers
+// (tests/browser/test_calculator_ja.py); root.kvcalcRows answers in English unless asked for "ja".
 (function () {
   "use strict";
   const root = document.currentScript.parentElement;
   const catalog = JSON.parse(root.querySelector(".kvcalc-data").textContent);
   const models = Object.fromEntries(catalog.models.map((m) => [m.name, m]));
   const GiB = 2 ** 30;
+  const japanese = (document.documentElement.lang || "").split("-")[0] === "ja";
+
+  // ------------------------------------------------ the words, in English (kvlib's) and in Japanese
+
+  // The form's words, as kvlib.sizing.web_calculator.calculator_html writes them -> Japanese.
+  const FORM_JA = {
+    "KV-cache calculator": "KVキャッシュ計算機",
+    " (it runs in your browser: no Python needed)": "（ブラウザ上で動きます。Python は不要です）",
+    model: "モデル",
+    "context (tokens)": "文脈長（トークン）",
+    "batch (sequences)": "バッチサイズ（シーケンス数）",
+    "KV dtype": "KVキャッシュのデータ型",
+    "GPU memory per GPU (GiB)": "GPUあたりのメモリ（GiB）",
+    weights: "重みのデータ型",
+    "overhead (GiB)": "オーバーヘッド（GiB）",
+    "--tensor-parallel-size (GPUs per layer)": "--tensor-parallel-size（1層を分担するGPU数）",
+    "--pipeline-parallel-size (stages)": "--pipeline-parallel-size（ステージ数）",
+  };
+
+  // The rows' labels (kvlib.sizing.web_calculator.answer_rows) by key -> [English, Japanese].
+  const LABELS = {
+    per_token: ["per token", "トークンあたり"],
+    per_sequence: ["one sequence", "1シーケンス"],
+    batch: ["the batch", "バッチ全体"],
+    per_gpu: ["per GPU", "GPUあたり"],
+    kv_heads_per_gpu: ["each GPU", "各GPU"],
+    weights: ["weights", "重み"],
+    gpu_share: ["GPU memory", "GPUメモリ"],
+    max_batch: ["max batch", "最大バッチサイズ"],
+    max_context: ["max context", "最大文脈長"],
+  };
+
+  // The fields the messages name (kvlib's words) -> Japanese; identifiers stay as they are.
+  const FIELDS_JA = { "GPU memory": "GPUメモリ", overhead: "オーバーヘッド", context: "文脈長", batch: "バッチサイズ" };
+  const subject = (key) => (FIELDS_JA[key] ? `${FIELDS_JA[key]}は` : `${key} は`);
+  const inputJa = (raw) => (raw === "empty" ? "空欄" : raw);
+
+  // Each message the calculator can show: [English (kvlib's, word for word), Japanese], from the
+  // same arguments (numbers already formatted, so both say kvlib's numbers).
+  const MESSAGES = {
+    not_integer: (key, raw) => [
+      `${key} must be an integer >= 1, not ${raw}`,
+      `${subject(key)}1以上の整数で指定してください（入力: ${inputJa(raw)}）`,
+    ],
+    too_large: (key, limit) => [`${key} must be at most ${limit} here`, `${subject(key)}ここでは${limit}以下にしてください`],
+    not_gib: (key, raw) => [
+      `${key} must be a number of GiB, not ${raw}`,
+      `${subject(key)}GiB単位の数値で指定してください（入力: ${inputJa(raw)}）`,
+    ],
+    too_many_gib: (key, limit) => [
+      `${key} must be at most ${limit} GiB here`,
+      `${subject(key)}ここでは${limit} GiB以下にしてください`,
+    ],
+    memory_sign: (gpu, overhead) => [
+      `GPU memory must be positive and overhead non-negative, not ${gpu} and ${overhead} GiB`,
+      `GPUメモリは正の値、オーバーヘッドは負でない値にしてください（入力: ${gpu} GiBと${overhead} GiB）`,
+    ],
+    memory_byte: (gpu) => [
+      `GPU memory must be at least one byte, not ${gpu} GiB`,
+      `GPUメモリが1バイトに届きません（入力: ${gpu} GiB）`,
+    ],
+    choose: () => [
+      "choose a model, a KV dtype and a weight dtype from the lists",
+      "モデル、KVキャッシュのデータ型、重みのデータ型は一覧から選んでください",
+    ],
+    long_context: (context, name, most) => [
+      `context ${context} exceeds ${name}'s maximum of ${most} tokens`,
+      `文脈長${context}は ${name} の最大${most}トークンを超えています`,
+    ],
+    heads_tp: (heads, tp) => [
+      `total number of attention heads (${heads}) must be divisible by tensor parallel size (${tp})`,
+      `アテンションヘッドの総数（${heads}）はテンソル並列数（${tp}）で割り切れる必要があります`,
+    ],
+    kv_heads_tp: (heads, tp) => [
+      `the number of KV heads (${heads}) must divide or be divisible by tensor parallel size (${tp})`,
+      `KVヘッド数（${heads}）はテンソル並列数（${tp}）の約数か倍数である必要があります`,
+    ],
+    stages: (pp, layers, name) => [
+      `pipeline_parallel_size (${pp}) exceeds the ${layers} layers of ${name}: a stage would hold no layer`,
+      `pipeline_parallel_size（${pp}）が ${name} の層数${layers}を超えています: 層を持たないステージができます`,
+    ],
+  };
+
+  // Throws an Error whose message is kvlib's English one; its .ja is the Japanese text.
+  function fail(id, ...args) {
+    const [english, ja] = MESSAGES[id](...args);
+    const error = new Error(english);
+    error.ja = ja;
+    throw error;
+  }
 
   // ------------------------------------------------ kvlib.sizing.spec and .capacity, in BigInt bytes
 
@@ -54,13 +147,13 @@
   // check_parallel: what vLLM refuses, with its reason (the same words as kvlib's).
   function checkParallel(m, tp, pp) {
     if (m.num_heads % tp) {
-      throw new Error(`total number of attention heads (${m.num_heads}) must be divisible by tensor parallel size (${tp})`);
+      fail("heads_tp", m.num_heads, tp);
     }
     if (m.kind !== "MLA" && m.num_kv_heads % tp && tp % m.num_kv_heads) {
-      throw new Error(`the number of KV heads (${m.num_kv_heads}) must divide or be divisible by tensor parallel size (${tp})`);
+      fail("kv_heads_tp", m.num_kv_heads, tp);
     }
     if (pp > m.num_layers) {
-      throw new Error(`pipeline_parallel_size (${group(String(pp))}) exceeds the ${group(String(m.num_layers))} layers of ${m.name}: a stage would hold no layer`);
+      fail("stages", group(String(pp)), group(String(m.num_layers)), m.name);
     }
   }
 
@@ -150,39 +243,40 @@
   function integer(key, raw, limit) {
     const value = Number(raw);
     if (raw.trim() === "" || !Number.isInteger(value) || value < 1) {
-      throw new Error(`${key} must be an integer >= 1, not ${raw.trim() || "empty"}`);
+      fail("not_integer", key, raw.trim() || "empty");
     }
-    if (limit && value > limit) throw new Error(`${key} must be at most ${group(String(limit))} here`);
+    if (limit && value > limit) fail("too_large", key, group(String(limit)));
     return value;
   }
 
   function gibibytes(key, raw, limit) {
     const value = Number(raw);
-    if (raw.trim() === "" || !Number.isFinite(value)) throw new Error(`${key} must be a number of GiB, not ${raw.trim() || "empty"}`);
-    if (limit && value > limit) throw new Error(`${key} must be at most ${group(String(limit))} GiB here`);
+    if (raw.trim() === "" || !Number.isFinite(value)) fail("not_gib", key, raw.trim() || "empty");
+    if (limit && value > limit) fail("too_many_gib", key, group(String(limit)));
     return value;
   }
 
-  // Rows [key, label, text] for inputs given as the form's strings; throws an Error with kvlib's message.
+  // Rows [key, label, text] for inputs given as the form's strings, in English (kvlib's words) or in
+  // Japanese (language "ja": the same numbers); throws an Error with kvlib's message (its .ja: Japanese).
   // On more than one GPU the memory is per GPU and the share, max batch and max context are the
   // fullest GPU's (kvlib.sizing.widget.capacity_report).
-  function rows(input, limits = {}) {
+  function rows(input, limits = {}, language = "en") {
     const gpuGib = gibibytes("GPU memory", input.gpu_gib, limits.gpu_gib);
     const overheadGib = gibibytes("overhead", input.overhead_gib, limits.overhead_gib);
     const tp = integer("tensor_parallel_size", input.tensor_parallel_size ?? "1", limits.tensor_parallel_size);
     const pp = integer("pipeline_parallel_size", input.pipeline_parallel_size ?? "1", limits.pipeline_parallel_size);
     if (!(gpuGib > 0) || overheadGib < 0) {
-      throw new Error(`GPU memory must be positive and overhead non-negative, not ${floatRepr(gpuGib)} and ${floatRepr(overheadGib)} GiB`);
+      fail("memory_sign", floatRepr(gpuGib), floatRepr(overheadGib));
     }
     const gpu = big(Math.trunc(gpuGib * GiB)); // int(gpu_gib * GiB)
-    if (gpu < 1n) throw new Error(`GPU memory must be at least one byte, not ${String(gpuGib)} GiB`);
+    if (gpu < 1n) fail("memory_byte", String(gpuGib));
     const m = models[input.model];
     const kv = catalog.kv_dtypes[input.kv_dtype];
     const weightDtype = catalog.kv_dtypes[input.weight_dtype];
-    if (!m || !kv || !weightDtype) throw new Error("choose a model, a KV dtype and a weight dtype from the lists");
+    if (!m || !kv || !weightDtype) fail("choose");
     const context = integer("context", input.context);
     if (context > m.max_context) {
-      throw new Error(`context ${group(String(context))} exceeds ${m.name}'s maximum of ${group(String(m.max_context))} tokens`);
+      fail("long_context", group(String(context)), m.name, group(String(m.max_context)));
     }
     const batch = integer("batch", input.batch, limits.batch);
     checkParallel(m, tp, pp);
@@ -199,24 +293,58 @@
     const fraction = Number(used) / Number(gpu); // exact operands, so rounded as Python's int / int
     const layer = tokenLayerBytes(m, kv);
     const n = m.attention_layers.length;
-    const cross = one.cross ? `, of which ${group(one.cross.toString())} B cross-attention` : "";
     const several = gpus > 1;
-    const heads = m.kind === "MLA" ? "the MLA latent (replicated on every GPU)" : `${group(String(kvHeadsPerGpu(m, tp)))} of the ${group(String(m.num_kv_heads))} KV heads per layer`;
     const stage = Math.max(...ppLayerRanges(m.num_layers, pp).map(([start, stop]) => stop - start));
-    const perGpu = [
-      ["per_gpu", "per GPU", `${bytesText(gpuCache)} for ${group(String(batch))} sequences on the fullest of ${group(String(gpus))} GPUs (tensor_parallel_size ${group(String(tp))} x pipeline_parallel_size ${group(String(pp))})`],
-      ["kv_heads_per_gpu", "each GPU", `${heads} x ${group(String(stage))} layers`],
-    ];
-    return [
-      ["per_token", "per token", `${group((big(n) * layer).toString())} B = ${n} attention layers x ${group(layer.toString())} B`],
-      ["per_sequence", "one sequence", `${bytesText(one.self + one.cross)} at ${group(String(context))} tokens${cross}`],
-      ["batch", "the batch", `${bytesText(cache)} for ${group(String(batch))} sequences`],
-      ...(several ? perGpu : []),
-      ["weights", "weights", `${bytesText(weights)} (${weightDtype.name})${several ? `, ${bytesText(gpuWeights)} per GPU` : ""}`],
-      ["gpu_share", "GPU memory", `${fixed(fraction * 100, 1)}% used${several ? " on the fullest GPU" : ""}: ${used <= gpu ? "fits" : "does NOT fit"}`],
-      ["max_batch", "max batch", `${group(maxBatch(free, perGpuBytes(m, context, 1, kv, tp, pp)).toString())} sequences of ${group(String(context))} tokens`],
-      ["max_context", "max context", `${group(String(maxContext(m, batch, free, kv, tp, pp)))} tokens at batch ${group(String(batch))} (model maximum ${group(String(m.max_context))})`],
-    ];
+    // the numbers as the rows write them, the same in both languages
+    const N = {
+      perToken: group((big(n) * layer).toString()),
+      layer: group(layer.toString()),
+      sequence: bytesText(one.self + one.cross),
+      cross: group(one.cross.toString()),
+      context: group(String(context)),
+      batch: group(String(batch)),
+      cache: bytesText(cache),
+      gpuCache: bytesText(gpuCache),
+      gpus: group(String(gpus)),
+      tp: group(String(tp)),
+      pp: group(String(pp)),
+      headsPerGpu: group(String(kvHeadsPerGpu(m, tp))),
+      kvHeads: group(String(m.num_kv_heads)),
+      stage: group(String(stage)),
+      weights: bytesText(weights),
+      gpuWeights: bytesText(gpuWeights),
+      share: fixed(fraction * 100, 1),
+      maxBatch: group(maxBatch(free, perGpuBytes(m, context, 1, kv, tp, pp)).toString()),
+      maxContext: group(String(maxContext(m, batch, free, kv, tp, pp))),
+      modelMax: group(String(m.max_context)),
+    };
+    const fits = used <= gpu;
+    const mla = m.kind === "MLA";
+    const text = language === "ja"
+      ? {
+          per_token: `${N.perToken} B = アテンション層${n}層 × ${N.layer} B`,
+          per_sequence: `${N.sequence}、${N.context}トークン分${one.cross ? `（うち交差注意 ${N.cross} B）` : ""}`,
+          batch: `${N.cache}、${N.batch}シーケンス分`,
+          per_gpu: `${N.gpuCache}、${N.batch}シーケンス分（${N.gpus}基のGPUのうち最も使用量の多いGPU、tensor_parallel_size ${N.tp} × pipeline_parallel_size ${N.pp}）`,
+          kv_heads_per_gpu: `${mla ? "MLAの潜在ベクトル（全GPUに複製）" : `各層のKVヘッド${N.headsPerGpu}個（全${N.kvHeads}個中）`} × ${N.stage}層`,
+          weights: `${N.weights} (${weightDtype.name})${several ? `、GPUあたり ${N.gpuWeights}` : ""}`,
+          gpu_share: `${N.share}%を使用${several ? "（最も使用量の多いGPU）" : ""}: ${fits ? "収まります" : "収まりません"}`,
+          max_batch: `${N.maxBatch}シーケンス（各${N.context}トークン）`,
+          max_context: `${N.maxContext}トークン（バッチサイズ${N.batch}のとき、モデルの最大は${N.modelMax}）`,
+        }
+      : {
+          per_token: `${N.perToken} B = ${n} attention layers x ${N.layer} B`,
+          per_sequence: `${N.sequence} at ${N.context} tokens${one.cross ? `, of which ${N.cross} B cross-attention` : ""}`,
+          batch: `${N.cache} for ${N.batch} sequences`,
+          per_gpu: `${N.gpuCache} for ${N.batch} sequences on the fullest of ${N.gpus} GPUs (tensor_parallel_size ${N.tp} x pipeline_parallel_size ${N.pp})`,
+          kv_heads_per_gpu: `${mla ? "the MLA latent (replicated on every GPU)" : `${N.headsPerGpu} of the ${N.kvHeads} KV heads per layer`} x ${N.stage} layers`,
+          weights: `${N.weights} (${weightDtype.name})${several ? `, ${N.gpuWeights} per GPU` : ""}`,
+          gpu_share: `${N.share}% used${several ? " on the fullest GPU" : ""}: ${fits ? "fits" : "does NOT fit"}`,
+          max_batch: `${N.maxBatch} sequences of ${N.context} tokens`,
+          max_context: `${N.maxContext} tokens at batch ${N.batch} (model maximum ${N.modelMax})`,
+        };
+    const keys = ["per_token", "per_sequence", "batch", ...(several ? ["per_gpu", "kv_heads_per_gpu"] : []), "weights", "gpu_share", "max_batch", "max_context"];
+    return keys.map((key) => [key, LABELS[key][language === "ja" ? 1 : 0], text[key]]);
   }
 
   // ---------------------------------------------------------------- the page
@@ -229,14 +357,33 @@
     if (form.elements[name]) limits[name] = Number(form.elements[name].max) || 0;
   }
 
+  // On a Japanese page, the words of the form that calculator_html wrote (the title and each
+  // label's own text, not its control) become Japanese; a word the table lacks stays as it is.
+  function translateForm() {
+    const title = root.querySelector("p > b");
+    const words = [...(title ? [title, title.nextSibling] : []), ...[...form.querySelectorAll("label")].map((l) => l.firstChild)];
+    for (const node of words) {
+      if (node && node.nodeType === Node.TEXT_NODE && FORM_JA[node.nodeValue] !== undefined) node.nodeValue = FORM_JA[node.nodeValue];
+      else if (node && node.nodeType === Node.ELEMENT_NODE && FORM_JA[node.textContent] !== undefined) node.textContent = FORM_JA[node.textContent];
+    }
+  }
+
+  // The message shown for a refused input: kvlib's words, or their Japanese on a Japanese page
+  // (a message without a translation keeps kvlib's words after a Japanese prefix).
+  function message(problem) {
+    const english = problem instanceof Error ? problem.message : String(problem);
+    if (!japanese) return english;
+    return problem && problem.ja ? problem.ja : `入力エラー: ${english}`;
+  }
+
   function update() {
     const input = {};
     for (const element of form.elements) if (element.name) input[element.name] = element.value;
     let answer;
     try {
-      answer = rows(input, limits);
+      answer = rows(input, limits, japanese ? "ja" : "en");
     } catch (problem) {
-      error.textContent = problem instanceof Error ? problem.message : String(problem);
+      error.textContent = message(problem);
       table.hidden = true;
       return;
     }
@@ -255,7 +402,9 @@
   form.addEventListener("input", update);
   form.addEventListener("change", update);
   form.addEventListener("submit", (event) => event.preventDefault());
-  root.kvcalcRows = (input) => rows(input, limits); // for the browser tests
+  // for the browser tests: the rows in English (kvlib's words) or, with language "ja", in Japanese
+  root.kvcalcRows = (input, language = "en") => rows(input, limits, language);
+  if (japanese) translateForm();
   update();
   root.dataset.ready = "true";
 })();
