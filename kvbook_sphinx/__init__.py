@@ -244,11 +244,27 @@ def language_links(app: Sphinx, pagename: str, templatename: str, context: dict,
         context["body"] = line + context["body"]
 
 
+def keep_heading_slugs(app: Sphinx, doctree) -> None:
+    """Keep a page's heading anchors those of its English headings, in every edition.
+
+    myst-parser files a page's heading slugs (``#the-formula``) in the environment when it parses
+    the page; Sphinx's translation then parses each translated message again with the same parser,
+    and every such parse overwrites the page's slugs with those of its own few words, so that links
+    such as ``02_cache_size.ipynb#the-formula`` no longer resolve in the Japanese edition. The page's
+    document keeps the slugs of the full parse: they are put back once the page has been read (the
+    sections keep their English ids beside the translated titles, so the links land).
+    """
+    slugs = getattr(doctree, "myst_slugs", None)
+    if slugs and app.env.docname in app.env.metadata:
+        app.env.metadata[app.env.docname]["myst_slugs"] = slugs
+
+
 def setup(app: Sphinx) -> dict:
     """Sphinx's entry point: connect the checks, the copy and the script filter to the build."""
     app.connect("config-inited", execution_from_environment)
     app.connect("config-inited", catalogue_per_page)
     app.connect("source-read", executed_notebooks)
+    app.connect("doctree-read", keep_heading_slugs)
     app.connect("html-page-context", language_links)
     app.connect("builder-inited", check_assets)
     app.connect("build-finished", copy_assets)

@@ -269,3 +269,19 @@ def test_a_translation_keeps_code_math_references_and_numbers(msgstr, problems):
         assert set(found) == {"lost '{term}'", "lost '$2 L$'", "added '$2L$'", "lost the number 262,144"}
     else:
         assert found == problems
+
+
+def test_a_pages_heading_slugs_are_put_back_after_translation():
+    # the translated messages' parses left the slugs of one Japanese heading; the page keeps the full set
+    env = SimpleNamespace(
+        docname="book/02", metadata={"book/02": {"myst_slugs": {"要点": (3, "id1", "要点")}}}
+    )
+    doctree = SimpleNamespace(myst_slugs={"the-formula": (10, "the-formula", "The formula")})
+    kvbook_sphinx.keep_heading_slugs(SimpleNamespace(env=env), doctree)
+    assert env.metadata["book/02"]["myst_slugs"] == {"the-formula": (10, "the-formula", "The formula")}
+
+
+def test_a_page_without_headings_keeps_its_metadata():
+    env = SimpleNamespace(docname="book/x", metadata={"book/x": {"title": "x"}})
+    kvbook_sphinx.keep_heading_slugs(SimpleNamespace(env=env), SimpleNamespace())
+    assert env.metadata["book/x"] == {"title": "x"}
