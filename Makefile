@@ -96,7 +96,8 @@ JA_BUILD := _build/ja
 book-ja: $(STAMP) $(ASSETS)
 	$(PY) -m kvbook_sphinx.i18n config ja $(JA_BUILD)/_config.yml
 	KVBOOK_NB_EXECUTION=off KVBOOK_NB_OUTPUTS=$(CURDIR)/_build/jupyter_execute \
-	  $(VENV)/bin/jupyter-book build . --config $(JA_BUILD)/_config.yml --path-output $(JA_BUILD) $(BUILD_FLAGS)
+	  $(VENV)/bin/jupyter-book build . --config $(JA_BUILD)/_config.yml --toc $(JA_BUILD)/_toc.yml \
+	  --path-output $(JA_BUILD) $(BUILD_FLAGS)
 	rm -rf _build/html/ja
 	cp -R $(JA_BUILD)/_build/html _build/html/ja
 

@@ -217,20 +217,41 @@ def test_the_edition_config_sets_the_language_and_translates_the_title(tmp_path)
     (tmp_path / "_config.yml").write_text(
         yaml.safe_dump({"title": "A book", "author": "Us", "sphinx": {"config": {"mathjax_path": "m.js"}}})
     )
-    _po(i18n.catalogue_dir("ja", tmp_path) / "_config.po", [("A book", "本", False), ("Us", "私たち", True)])
+    (tmp_path / "_toc.yml").write_text(
+        yaml.safe_dump(
+            {
+                "root": "intro",
+                "parts": [
+                    {"caption": "Chapters", "chapters": [{"file": "a"}]},
+                    {"caption": "Reference", "chapters": [{"file": "b"}]},
+                ],
+            }
+        )
+    )
+    _po(
+        i18n.catalogue_dir("ja", tmp_path) / "_config.po",
+        [("A book", "本", False), ("Us", "私たち", True), ("Chapters", "各章", False)],
+    )
     out = tmp_path / "_build" / "ja" / "_config.yml"
     i18n.edition_config("ja", out, root=tmp_path)
     config = yaml.safe_load(out.read_text(encoding="utf-8"))
     assert config["sphinx"]["config"] == {"mathjax_path": "m.js", "language": "ja"}
     assert (config["title"], config["author"]) == ("本", "Us")  # a fuzzy translation is not used
+    toc = yaml.safe_load((out.parent / "_toc.yml").read_text(encoding="utf-8"))
+    # the captions translated (an untranslated one stays English), the files as they were
+    assert [(p["caption"], p["chapters"]) for p in toc["parts"]] == [
+        ("各章", [{"file": "a"}]),
+        ("Reference", [{"file": "b"}]),
+    ]
     with pytest.raises(SystemExit, match="no 'fr' edition"):
         i18n.edition_config("fr", out, root=tmp_path)
 
 
-def test_the_config_catalogue_holds_the_title_and_author(tmp_path):
+def test_the_config_catalogue_holds_the_title_author_and_captions(tmp_path):
     (tmp_path / "_config.yml").write_text(yaml.safe_dump({"title": "A book", "author": "Us"}))
+    (tmp_path / "_toc.yml").write_text(yaml.safe_dump({"parts": [{"caption": "Chapters", "chapters": []}]}))
     pot = i18n.write_config_pot(tmp_path / "pot", root=tmp_path)
-    assert [m.id for m in i18n.read_catalogue(pot, "en") if m.id] == ["A book", "Us"]
+    assert [m.id for m in i18n.read_catalogue(pot, "en") if m.id] == ["A book", "Us", "Chapters"]
 
 
 def test_catalogue_states_count_untranslated_and_fuzzy_messages(tmp_path):
