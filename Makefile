@@ -104,7 +104,7 @@ book-ja: $(STAMP) $(ASSETS)
 # The notebooks' claims must hold on any machine, so `make robust` runs strict nbval three more
 # times: as if the last-level cache were 512 MiB (every size chosen from it grows: DRAM buffers
 # of 2 GiB), with torch on one thread, and while a busy loop burns one core. Not part of
-# `make test` (about 19 minutes); run it before changing a measurement or its assertion.
+# `make test` (about 24 minutes); run it before changing a measurement or its assertion.
 ROBUST_LLC ?= 512MiB
 UNDER_LOAD ?= tests/under_load.sh
 robust: $(STAMP)
