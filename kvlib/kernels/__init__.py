@@ -1,5 +1,6 @@
 """Attention kernels over a paged KV cache: the PyTorch reference and the fused decode kernels
-(chapter 2's roofline of decode attention, chapter 3's cost of paging).
+(chapter 2's roofline of decode attention, chapter 3's cost of paging), and the few-row
+matrix products of the lean decode step (chapter 1).
 
 - ``dispatch``: :func:`decode_attention`, the one entry point (one new token per sequence):
   input checks, the kernel of the device (:func:`default_kernel`), split-K
@@ -8,15 +9,22 @@
 - ``numba_decode``: the CPU kernel in numba: one work item per sequence (or split of it)
   walking its blocks in place through the block table, in the order of their memory, each
   K/V row once for its whole query group, online softmax, split-K with a log-sum-exp merge.
-- ``numba_ops``: its scalar building blocks: float16/bfloat16 bits to float32, the softmax's
-  exponential, the prefetch of the next block.
+- ``numba_lanes``: its loops for groups of 8 or more query heads per KV head, the heads in
+  the vector lanes (GQA-4 and MQA of chapter 2).
+- ``numba_simd``: eight float32 lanes as one numba value, and their instructions (explicit SIMD).
+- ``numba_ops``: scalar building blocks: float16/bfloat16 bits to float32, the softmax's
+  exponential, the prefetch of the next block, a tensor's memory by address.
+- ``numba_setup``: how the numba code is cached (under a fingerprint of all these sources)
+  and on how many threads it runs (torch's).
+- ``row_product`` and ``numba_rows``: ``add + x @ w`` for the few rows of a decode step,
+  streaming the weights at the memory's rate (the lean step's products).
 - ``triton_decode``: the same contract on CUDA, in Triton (imported only where Triton is).
 - ``torch_gather``: the readable reference and test oracle: gather each sequence's blocks
   through its block table into one contiguous copy, then attend (:func:`paged_attention`);
   prefills of several tokens per sequence run on it.
 
-``numba_decode`` (with ``numba_ops``) and ``triton_decode`` are imported on first use, so
-``import kvlib.kernels`` costs neither numba's nor Triton's import.
+The numba modules and ``triton_decode`` are imported on first use, so ``import kvlib.kernels``
+costs neither numba's nor Triton's import.
 """
 
 from kvlib.kernels.dispatch import (

@@ -61,8 +61,11 @@ def num_workers(device: torch.device) -> int:
     """Parallel workers a kernel fills: numba's threads on the CPU, streaming multiprocessors on CUDA."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
-    module = numba_module()
-    return module.numba_threads() if module is not None else torch.get_num_threads()
+    if numba_module() is None:
+        return torch.get_num_threads()
+    from kvlib.kernels.numba_setup import numba_threads
+
+    return numba_threads()
 
 
 def work_items(kernel: str, batch: int, num_kv_heads: int) -> int:
@@ -230,9 +233,9 @@ def kernel_info(device: torch.device | str | None = None) -> dict:
     if module is not None:
         import numba
 
-        info.update(
-            numba=numba.__version__, numba_threads=module.numba_threads(), jit_seconds=module.jit_seconds()
-        )
+        from kvlib.kernels.numba_setup import numba_threads
+
+        info.update(numba=numba.__version__, numba_threads=numba_threads(), jit_seconds=module.jit_seconds())
     if triton_spec is not None:
         import triton
 

@@ -16,6 +16,17 @@ Why not one work item per (sequence, KV head)? Then each item reads one head's r
 lie ``num_kv_heads x head_dim`` elements apart (16 KiB for 32 heads of 128 float32): the
 prefetcher cannot follow that, and such a kernel read at about a third of the DRAM rate.
 
+Two layouts of the arithmetic, chosen by the group size (query heads per KV head):
+
+- **head_dim in the vector lanes** (:func:`attend_blocks`, here): every score is a dot
+  product vectorised along ``head_dim``, four keys and two query heads at a time. It ends in a
+  horizontal sum per score, a cost memory hides where the group is small (MHA, groups of 2
+  or 4: at most 2 FLOPs per byte in float32);
+- **query heads in the vector lanes** (:func:`kvlib.kernels.numba_lanes.attend_lanes`) when
+  each group fills whole vectors of eight (GQA with groups of 8, MQA): explicit SIMD, no
+  horizontal sums, so the arithmetic keeps up as the group carries the step towards the
+  ridge point of chapter 2's roofline.
+
 Split-K (Flash-Decoding): when the batch has fewer sequences than there are threads, each
 sequence's blocks are split into ``num_splits`` ranges, each writing a partial (max, sum,
 weighted sum of V) that a second, small pass merges by log-sum-exp (:func:`merge_splits`).
@@ -27,19 +38,20 @@ slower. The cost is rounding in another order than the reference's, a few float3
 (``tests/kernels/cases.py`` argues the 1e-5 tolerance of the tests). numba has no float16 on
 the CPU, so float16 and bfloat16 storage arrive as ``uint16`` arrays and are converted block
 by block with bit operations and an LLVM bitcast (:func:`bits_to_float32`). Compiled code is
-cached on disk (``cache=True``); :func:`jit_seconds` reports what the first call of each
-storage type cost in this process (compilation, or loading the cache).
+cached on disk (:func:`~kvlib.kernels.numba_setup.cached_njit`, under a fingerprint of every
+kernel source); :func:`jit_seconds` reports what the first call of each storage type cost in
+this process (compilation, about half a minute per storage type, or loading the cache).
 """
 
 from __future__ import annotations
 
 import time
 
-import numba
 import numpy as np
 import torch
 from numba import njit, prange
 
+from kvlib.kernels.numba_lanes import attend_lanes
 from kvlib.kernels.numba_ops import (
     BFLOAT16,
     FLOAT16,
@@ -48,6 +60,8 @@ from kvlib.kernels.numba_ops import (
     exp_nonpositive,
     prefetch_rows,
 )
+from kvlib.kernels.numba_setup import cached_njit, use_numba_threads
+from kvlib.kernels.numba_simd import LANES
 
 FORMATS = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
 # LLVM may reassociate float32 sums (vectorise a dot product over head_dim, a sum over a
@@ -179,7 +193,7 @@ def add_values(values, block, num, weights, acc, cache, upcoming):
                     acc[qh, d] += weights[qh, r] * values[block, r, h, d]
 
 
-@njit(cache=True, fastmath=SUMS_IN_ANY_ORDER)
+@cached_njit(fastmath=SUMS_IN_ANY_ORDER)
 def attend_blocks(q, k, v, table, first_block, end_block, seq_len, fmt, m, denom, acc, scores, scratch):
     """Online softmax of one sequence's queries over its blocks ``[first_block, end_block)``.
 
@@ -208,7 +222,7 @@ def attend_blocks(q, k, v, table, first_block, end_block, seq_len, fmt, m, denom
         add_values(values, at, num, scores, acc, v, upcoming)
 
 
-@njit(parallel=True, cache=True, fastmath=False)
+@cached_njit(parallel=True, fastmath=False)
 def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_l, part_acc):
     """Decode attention of a batch, parallel over (sequence, split).
 
@@ -221,6 +235,7 @@ def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k.shape[1], k.shape[2]
     staged = fmt != FLOAT32  # 16-bit storage is converted block by block, into scratch
+    heads_in_lanes = (num_heads // num_kv_heads) % LANES == 0  # kvlib.kernels.numba_lanes.lanes_fit
     for item in prange(batch * num_splits):
         seq, split = item // num_splits, item % num_splits
         num_blocks = (seq_lens[seq] + block_size - 1) // block_size
@@ -231,9 +246,12 @@ def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_
         acc = np.empty((num_heads, head_dim), dtype=np.float32)
         scores = np.empty((num_heads, block_size), dtype=np.float32)
         scratch = np.empty((1, block_size if staged else 1, num_kv_heads, head_dim), dtype=np.float32)
-        attend_blocks(
-            q[seq], k, v, tables[seq], first, end, seq_lens[seq], fmt, m, denom, acc, scores, scratch
-        )
+        if heads_in_lanes:
+            attend_lanes(q[seq], k, v, tables[seq], first, end, seq_lens[seq], fmt, m, denom, acc, scratch)
+        else:
+            attend_blocks(
+                q[seq], k, v, tables[seq], first, end, seq_lens[seq], fmt, m, denom, acc, scores, scratch
+            )
         if num_splits == 1:
             for qh in range(num_heads):
                 for d in range(head_dim):
@@ -244,7 +262,7 @@ def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_
             part_acc[seq, :, split] = acc
 
 
-@njit(parallel=True, cache=True, fastmath=False)
+@cached_njit(parallel=True, fastmath=False)
 def merge_splits(part_m, part_l, part_acc, out):
     """Merge the splits of each (sequence, query head) by log-sum-exp into ``out`` (batch, heads, hd).
 
@@ -313,9 +331,7 @@ def numba_decode(
         part_l,
         part_acc,
     )
-    threads = numba_threads()
-    if numba.get_num_threads() != threads:
-        numba.set_num_threads(threads)
+    use_numba_threads()
     _timed_first_call("float32" if k_cache.dtype == torch.float32 else "16-bit", decode_kernel, args)
     if num_splits > 1:
         _timed_first_call("merge", merge_splits, (part_m, part_l, part_acc, args[7]))
@@ -337,14 +353,3 @@ def jit_seconds() -> dict[str, float]:
     """Seconds of the first call in this process of each compiled kernel run so far (compilation, or
     loading numba's cache): keys "float32", "16-bit" and "merge"."""
     return dict(_JIT_SECONDS)
-
-
-def numba_threads() -> int:
-    """Threads the kernel runs on: torch's thread count (``torch.set_num_threads``, or
-    :func:`kvlib.measure.timing.torch_threads`), capped by the threads numba started with.
-
-    One setting governs both libraries, so that "on one thread" means one thread for the whole
-    step: a one-thread step timed by its thread's CPU time (chapters 1 and 4) must not hand
-    half its attention to a second numba thread that the clock does not see.
-    """
-    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))

@@ -8,7 +8,9 @@ kernel needs and numba does not offer on a CPU:
   float32 exactly, one block at a time;
 - :func:`exp_nonpositive`: the softmax's exponential in arithmetic that vectorises;
 - :func:`prefetch` and :func:`prefetch_rows`: a hint that brings the next block of the block
-  table towards the core while the current one is computed.
+  table towards the core while the current one is computed;
+- :func:`float32_at`: a tensor's memory seen from compiled code, by its address (the lean
+  step's products of :mod:`kvlib.kernels.numba_rows` take addresses, not arrays).
 """
 
 from __future__ import annotations
@@ -156,3 +158,21 @@ def prefetch_rows(cache, block, t, h, num_rows):
             start = (block * rows_per_block + target) * head_dim
             for offset in range(0, head_dim, step):
                 prefetch(cache, start + offset)
+
+
+@intrinsic
+def float32_at(typingctx, address):
+    """The float32 pointer at integer ``address`` (a ``tensor.data_ptr()``), for ``numba.carray``.
+
+    A PyTorch tensor cannot cross into numba; its numpy view can, but making one dispatches
+    four PyTorch operators, which would cost a decode step more than the product saves. The
+    caller keeps the tensor alive, contiguous and float32 while compiled code reads it.
+    """
+    if not isinstance(address, types.Integer):
+        return None
+    sig = types.CPointer(types.float32)(address)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], ir.FloatType().as_pointer())
+
+    return sig, codegen

@@ -107,7 +107,7 @@ def test_the_kernel_runs_on_torchs_thread_count():
     """One setting for both libraries: a one-thread step runs its attention on that one thread."""
     import numba
 
-    from kvlib.kernels.numba_decode import numba_threads
+    from kvlib.kernels.numba_setup import numba_threads
     from kvlib.measure.timing import torch_threads
 
     inputs = decode_case([40, 9], 8, num_kv_heads=2, group=2)

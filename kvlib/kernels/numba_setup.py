@@ -1,0 +1,86 @@
+"""How the numba kernels are compiled and run: their cache directory and their threads (chapters 1-4).
+
+**Cache.**
+numba's on-disk cache (``cache=True``) checks only the file that defines a compiled function.
+The kernel of :mod:`kvlib.kernels.numba_decode` compiles in the loops of
+:mod:`kvlib.kernels.numba_lanes`, :mod:`kvlib.kernels.numba_simd` and
+:mod:`kvlib.kernels.numba_ops`, so after an edit or a ``git pull`` that changes only one of
+those, numba would load the old kernel from its cache and run the old loops. :func:`cached_njit`
+therefore caches every kernel function under ``__pycache__/numba-<fingerprint>`` beside these
+modules, the fingerprint a hash of all their sources: a change to any of them means a new
+directory and one fresh compilation. Where the reader sets ``NUMBA_CACHE_DIR``, numba's own
+rule applies, and where the directory cannot be written, numba's next choice (its usual one).
+
+**Threads.** :func:`numba_threads` ties numba's thread count to torch's, and
+:func:`use_numba_threads` applies it before a kernel runs: one setting governs the whole
+decode step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numba
+import torch
+
+KERNEL_SOURCES = (
+    "numba_setup.py",
+    "numba_ops.py",
+    "numba_simd.py",
+    "numba_lanes.py",
+    "numba_decode.py",
+    "numba_rows.py",
+)
+
+
+def fingerprint(directory: Path | None = None) -> str:
+    """First 12 hex digits of the SHA-256 of the kernel's source files (in ``directory``, default
+    this package's), in ``KERNEL_SOURCES`` order."""
+    directory = Path(__file__).parent if directory is None else directory
+    digest = hashlib.sha256()
+    for name in KERNEL_SOURCES:
+        digest.update((directory / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def kernel_cache_dir() -> Path:
+    """The directory the kernel's compiled code is cached in (unless ``NUMBA_CACHE_DIR`` is set)."""
+    return Path(__file__).parent / "__pycache__" / f"numba-{fingerprint()}"
+
+
+def cached_njit(**options):
+    """``numba.njit(cache=True, **options)``, its cache in :func:`kernel_cache_dir`.
+
+    numba picks a function's cache directory when it is decorated, from ``numba.config.CACHE_DIR``;
+    this sets that for the one decoration and restores it, so other numba code is unaffected.
+    """
+
+    def decorate(function):
+        saved = numba.config.CACHE_DIR
+        numba.config.CACHE_DIR = saved or str(kernel_cache_dir())
+        try:
+            return numba.njit(cache=True, **options)(function)
+        finally:
+            numba.config.CACHE_DIR = saved
+
+    return decorate
+
+
+def numba_threads() -> int:
+    """Threads the kernels run on: torch's thread count (``torch.set_num_threads``, or
+    :func:`kvlib.measure.timing.torch_threads`), capped by the threads numba started with.
+
+    One setting governs both libraries, so that "on one thread" means one thread for the whole
+    step: a one-thread step timed by its thread's CPU time (chapters 1 and 4) must not hand
+    half its attention to a second numba thread that the clock does not see.
+    """
+    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+
+
+def use_numba_threads() -> int:
+    """Set numba's thread count to :func:`numba_threads` (if it differs) and return it."""
+    threads = numba_threads()
+    if numba.get_num_threads() != threads:
+        numba.set_num_threads(threads)
+    return threads

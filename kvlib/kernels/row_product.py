@@ -1,0 +1,59 @@
+"""``add + x @ w`` for the few rows of a decode step: the lean step's matrix products (chapter 1).
+
+:func:`row_product` runs :func:`kvlib.kernels.numba_rows.rows_times_matrix` where it applies
+(a CPU, float32, at most ``MAX_ROWS`` rows, numba importable, no operand requiring a gradient) and
+``torch.mm``/``torch.addmm`` everywhere else: prefills of many rows, GPUs, other dtypes,
+training. Both compute the same product; they differ only in rounding.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+import torch
+
+from kvlib import KVLibError
+from kvlib.kernels.dispatch import numba_module
+
+MAX_ROWS = 8  # rows (sequences of a decode step) up to which the numba loop runs; more go to BLAS
+
+
+@functools.cache
+def numba_rows() -> ModuleType | None:
+    """:mod:`kvlib.kernels.numba_rows`, imported on first use, or None where numba cannot run."""
+    if numba_module() is None:
+        return None
+    import kvlib.kernels.numba_rows as module
+
+    return module
+
+
+def numba_applies(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Does :func:`row_product` take the numba loop for these operands?"""
+    return (
+        x.dtype == w.dtype == torch.float32
+        and x.shape[0] <= MAX_ROWS
+        and x.device.type == "cpu"
+        and w.is_contiguous()
+        and not (x.requires_grad or w.requires_grad)
+        and numba_rows() is not None
+    )
+
+
+def row_product(x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ w``, plus ``add`` if given: x (rows, n_in), w (n_in, n_out), add (rows, n_out) -> (rows, n_out).
+
+    No gradient flows through the numba loop, so operands that require one take PyTorch's.
+    """
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[0]:
+        raise KVLibError(
+            f"cannot multiply x {tuple(x.shape)} by w {tuple(w.shape)}: need (rows, n) and (n, m)"
+        )
+    if add is not None and add.shape != (x.shape[0], w.shape[1]):
+        raise KVLibError(
+            f"add must be {(x.shape[0], w.shape[1])}, the product's shape, not {tuple(add.shape)}"
+        )
+    if numba_applies(x, w) and (add is None or add.dtype == torch.float32 and not add.requires_grad):
+        return numba_rows().product(x, w, add)
+    return torch.mm(x, w) if add is None else torch.addmm(add, x, w)
