@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from kvlib.kernels.row_product import row_product
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache
 from kvlib.model.rotary import new_token_positions, rotate_signed
@@ -47,26 +48,31 @@ class FusedLayer:
     """
 
     qkv: torch.Tensor  # (d_model, (num_heads + 2 * num_kv_heads) * head_dim): [q | k | v], input norm folded
-    o: torch.Tensor  # (num_heads * head_dim, d_model): a view of o_proj.weight
+    o: torch.Tensor  # (num_heads * head_dim, d_model): o_proj.weight transposed
     gate_up: torch.Tensor  # (d_model, 2 * d_ff): [gate | up], post-attention norm folded
-    down: torch.Tensor  # (d_ff, d_model): a view of down_proj.weight
+    down: torch.Tensor  # (d_ff, d_model): down_proj.weight transposed
 
 
 def fold_norm(weight: torch.Tensor, norm_weight: torch.Tensor) -> torch.Tensor:
     """weight (out, d) with the scale of the RMSNorm before it folded in, transposed: (d, out)."""
-    return (weight * (norm_weight * math.sqrt(weight.shape[1]))).t()
+    return transposed(weight * (norm_weight * math.sqrt(weight.shape[1])))
+
+
+def transposed(weight: torch.Tensor) -> torch.Tensor:
+    """weight (out, in) as a contiguous (in, out) matrix: the layout :func:`row_product` streams."""
+    return weight.t().contiguous()
 
 
 def fuse_layer(block) -> FusedLayer:
-    """The fused weights of one :class:`~kvlib.model.llama.Block` (new tensors for q/k/v and gate/up)."""
+    """The fused weights of one :class:`~kvlib.model.llama.Block`: new tensors, the model's own unchanged."""
     attn, mlp = block.self_attn, block.mlp
     qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])  # (q+k+v width, d_model)
     gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])  # (2 * d_ff, d_model)
     return FusedLayer(
         qkv=fold_norm(qkv, block.input_layernorm.weight),
-        o=attn.o_proj.weight.t(),
+        o=transposed(attn.o_proj.weight),
         gate_up=fold_norm(gate_up, block.post_attention_layernorm.weight),
-        down=mlp.down_proj.weight.t(),
+        down=transposed(mlp.down_proj.weight),
     )
 
 
@@ -149,7 +155,7 @@ def lean_attention(x, w: FusedLayer, fused: FusedWeights, cos, sin, layer: int, 
     ``cache`` a :class:`~kvlib.model.config.KVCache` or None (the tokens are the whole sequence).
     """
     seq = x.shape[0] // batch
-    qkv = torch.mm(normed(x, fused.offset), w.qkv)  # (batch * seq, (heads + 2 * kv_heads) * head_dim)
+    qkv = row_product(normed(x, fused.offset), w.qkv)  # (batch * seq, (heads + 2 * kv_heads) * head_dim)
     if seq == 1:  # (batch, heads + 2 * kv_heads, 1, head_dim) is the same memory: no transpose to dispatch
         qkv = qkv.view(batch, -1, 1, fused.head_dim)
     else:
@@ -160,13 +166,13 @@ def lean_attention(x, w: FusedLayer, fused: FusedWeights, cos, sin, layer: int, 
     out = grouped_attention(q, k, v) if cache is None else cache.attend(layer, q, k, v)
     # heads side by side: (batch * seq, heads * head_dim); one new token per sequence is already so
     out = out.reshape(batch, -1) if seq == 1 else out.transpose(1, 2).reshape(x.shape[0], -1)
-    return torch.addmm(x, out, w.o)  # x + o_proj(out)
+    return row_product(out, w.o, add=x)  # x + o_proj(out)
 
 
 def lean_mlp(x: torch.Tensor, w: FusedLayer, offset: torch.Tensor) -> torch.Tensor:
     """x (batch * seq, d_model) plus its SwiGLU MLP's output, (batch * seq, d_model)."""
-    gate, up = torch.mm(normed(x, offset), w.gate_up).chunk(2, dim=-1)  # (batch * seq, d_ff) each
-    return torch.addmm(x, F.silu(gate).mul_(up), w.down)  # x + down(silu(gate) * up)
+    gate, up = row_product(normed(x, offset), w.gate_up).chunk(2, dim=-1)  # (batch * seq, d_ff) each
+    return row_product(F.silu(gate).mul_(up), w.down, add=x)  # x + down(silu(gate) * up)
 
 
 def lean_forward(model, tokens: torch.Tensor, cache: KVCache | None, last_only: bool) -> torch.Tensor:
@@ -186,5 +192,5 @@ def lean_forward(model, tokens: torch.Tensor, cache: KVCache | None, last_only: 
         x = lean_mlp(x, w, fused.offset)  # (batch * seq, d_model)
     if last_only and seq > 1:
         x = x.view(batch, seq, -1)[:, -1]  # (batch, d_model)
-    logits = torch.mm(normed(x, fused.offset), fused.lm_head)
+    logits = row_product(normed(x, fused.offset), fused.lm_head)
     return logits.view(batch, -1, logits.shape[-1])  # (batch, seq or 1, vocab)

@@ -86,7 +86,9 @@ def test_fused_projections_equal_the_separate_ones():
         separate = torch.cat([block.mlp.gate_proj(h), block.mlp.up_proj(h)], -1)
         assert torch.allclose(normed(x, offset) @ fused.gate_up, separate, atol=1e-5)
     assert fused.qkv.shape == (64, (4 + 2 * 2) * 16) and fused.gate_up.shape == (64, 2 * 96)
-    assert fused.o.data_ptr() == block.self_attn.o_proj.weight.data_ptr()  # a view, not a copy
+    # o and down are the weights transposed into the (n_in, n_out) rows row_product streams
+    assert fused.o.is_contiguous() and torch.equal(fused.o, block.self_attn.o_proj.weight.t())
+    assert fused.down.is_contiguous() and torch.equal(fused.down, block.mlp.down_proj.weight.t())
 
 
 def test_fused_weights_follow_the_parameters():
