@@ -233,9 +233,9 @@ def kernel_info(device: torch.device | str | None = None) -> dict:
     if module is not None:
         import numba
 
-        from kvlib.kernels.numba_setup import numba_threads
+        from kvlib.kernels.numba_setup import jit_seconds, numba_threads
 
-        info.update(numba=numba.__version__, numba_threads=numba_threads(), jit_seconds=module.jit_seconds())
+        info.update(numba=numba.__version__, numba_threads=numba_threads(), jit_seconds=jit_seconds())
     if triton_spec is not None:
         import triton
 

@@ -39,13 +39,12 @@ slower. The cost is rounding in another order than the reference's, a few float3
 the CPU, so float16 and bfloat16 storage arrive as ``uint16`` arrays and are converted block
 by block with bit operations and an LLVM bitcast (:func:`bits_to_float32`). Compiled code is
 cached on disk (:func:`~kvlib.kernels.numba_setup.cached_njit`, under a fingerprint of every
-kernel source); :func:`jit_seconds` reports what the first call of each storage type cost in
-this process (compilation, about half a minute per storage type, or loading the cache).
+kernel source); :func:`~kvlib.kernels.numba_setup.jit_seconds` reports what the first call of
+each storage type cost in this process (compilation, about half a minute per storage type, or
+loading the cache).
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import torch
@@ -60,7 +59,7 @@ from kvlib.kernels.numba_ops import (
     exp_nonpositive,
     prefetch_rows,
 )
-from kvlib.kernels.numba_setup import cached_njit, use_numba_threads
+from kvlib.kernels.numba_setup import cached_njit, timed_first_call, use_numba_threads
 from kvlib.kernels.numba_simd import LANES
 
 FORMATS = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
@@ -68,9 +67,6 @@ FORMATS = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOA
 # block's tokens) and fuse multiply-adds; never assume no inf/NaN (the running max starts at -inf)
 SUMS_IN_ANY_ORDER = {"reassoc", "contract"}
 TOKENS_AT_ONCE = 4  # K and V rows combined per pass over a row of q or acc: 4 partial sums in flight
-# "float32", "16-bit" (float16 and bfloat16 share the uint16 code) or "merge" -> seconds of the
-# first call in this process
-_JIT_SECONDS: dict[str, float] = {}
 
 
 @njit(inline="always")
@@ -332,24 +328,8 @@ def numba_decode(
         part_acc,
     )
     use_numba_threads()
-    _timed_first_call("float32" if k_cache.dtype == torch.float32 else "16-bit", decode_kernel, args)
+    # float16 and bfloat16 share the uint16 code
+    timed_first_call("float32" if k_cache.dtype == torch.float32 else "16-bit", decode_kernel, args)
     if num_splits > 1:
-        _timed_first_call("merge", merge_splits, (part_m, part_l, part_acc, args[7]))
+        timed_first_call("merge", merge_splits, (part_m, part_l, part_acc, args[7]))
     return out
-
-
-def _timed_first_call(name: str, kernel, args: tuple) -> None:
-    """Call ``kernel(*args)``; the first call of each ``name`` in this process is timed (it compiles,
-    or loads numba's on-disk cache)."""
-    if name in _JIT_SECONDS:
-        kernel(*args)
-        return
-    start = time.perf_counter()
-    kernel(*args)
-    _JIT_SECONDS[name] = time.perf_counter() - start
-
-
-def jit_seconds() -> dict[str, float]:
-    """Seconds of the first call in this process of each compiled kernel run so far (compilation, or
-    loading numba's cache): keys "float32", "16-bit" and "merge"."""
-    return dict(_JIT_SECONDS)

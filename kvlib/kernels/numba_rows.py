@@ -21,7 +21,7 @@ import torch
 from numba import carray, njit, prange
 
 from kvlib.kernels.numba_ops import float32_at
-from kvlib.kernels.numba_setup import cached_njit, use_numba_threads
+from kvlib.kernels.numba_setup import cached_njit, timed_first_call, use_numba_threads
 from kvlib.kernels.numba_simd import LANES, vfma, vload, vsplat, vstore
 
 INPUTS_AT_ONCE = 4  # rows of w added per pass over an output slice
@@ -108,8 +108,8 @@ def product(x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None) -> torch
     out = torch.empty(rows, n_out)
     addresses = x.data_ptr(), w.data_ptr(), 0 if add is None else add.data_ptr(), out.data_ptr()
     if torch.get_num_threads() == 1 or w.numel() < PARALLEL_MIN_WEIGHTS:
-        rows_times_matrix_serial(*addresses, rows, n_in, n_out)
+        timed_first_call("rows", rows_times_matrix_serial, (*addresses, rows, n_in, n_out))
     else:
         slices = max(1, min(use_numba_threads(), n_out // 64))  # at least 64 columns a slice
-        rows_times_matrix(*addresses, rows, n_in, n_out, slices)
+        timed_first_call("rows-parallel", rows_times_matrix, (*addresses, rows, n_in, n_out, slices))
     return out

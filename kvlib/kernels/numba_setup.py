@@ -14,16 +14,23 @@ rule applies, and where the directory cannot be written, numba's next choice (it
 **Threads.** :func:`numba_threads` ties numba's thread count to torch's, and
 :func:`use_numba_threads` applies it before a kernel runs: one setting governs the whole
 decode step.
+
+**Compile time.** :func:`timed_first_call` times the first call of each kernel in this process
+(compilation, or loading the cache), and :func:`jit_seconds` reports those times, so that a
+chapter can say what compiling cost.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import numba
 import torch
 
+# kernel name ("float32", "16-bit", "merge", "rows", ...) -> seconds of its first call in this process
+_JIT_SECONDS: dict[str, float] = {}
 KERNEL_SOURCES = (
     "numba_setup.py",
     "numba_ops.py",
@@ -84,3 +91,20 @@ def use_numba_threads() -> int:
     if numba.get_num_threads() != threads:
         numba.set_num_threads(threads)
     return threads
+
+
+def timed_first_call(name: str, kernel, args: tuple) -> None:
+    """Call ``kernel(*args)``; the first call of each ``name`` in this process is timed (it compiles,
+    or loads numba's on-disk cache)."""
+    if name in _JIT_SECONDS:
+        kernel(*args)
+        return
+    start = time.perf_counter()
+    kernel(*args)
+    _JIT_SECONDS[name] = time.perf_counter() - start
+
+
+def jit_seconds() -> dict[str, float]:
+    """Seconds of the first call in this process of each kernel run so far: "float32" and "16-bit"
+    (the decode kernel per storage), "merge" (split-K's), "rows" and "rows-parallel" (row_product's)."""
+    return dict(_JIT_SECONDS)

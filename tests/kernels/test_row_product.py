@@ -81,3 +81,12 @@ def test_operands_that_cannot_multiply_get_one_line(x, w, add, message):
     with pytest.raises(KVLibError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
         row_product(x, w, add=add)
     assert "\n" not in str(error.value)
+
+
+def test_the_first_calls_compile_time_is_reported():
+    from kvlib.kernels.numba_setup import jit_seconds
+
+    x, w, _ = _operands(1, 16, 8)
+    with torch_threads(1):
+        row_product(x, w)
+    assert jit_seconds()["rows"] > 0
