@@ -69,6 +69,18 @@ def test_model_generates_the_same_tokens_on_the_paged_cache(block_size, num_kv_h
     assert block_usage(run.cache.manager).num_sequences == 4
 
 
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_a_group_of_eight_generates_the_same_tokens_through_the_lanes_loops(block_size, monkeypatch):
+    """8 query heads per KV head: the numba kernel's heads-in-lanes loops (kvlib.kernels.numba_lanes)."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(PagedKVCache, "decode_kernel", "numba")
+    model = TinyLlama(ModelConfig(**{**SMALL, "num_heads": 8, "num_kv_heads": 1}))
+    prompts = prompts_of([5, 17, 1, 40])
+    assert generate_paged(model, prompts, 15, block_size=block_size).tokens == [
+        contiguous_tokens(model, p, 15) for p in prompts
+    ]
+
+
 def test_prefix_caching_skips_the_shared_system_prompt_and_keeps_tokens_identical():
     model = TinyLlama(ModelConfig(**SMALL))
     system = prompts_of([40], seed=5)[0]
