@@ -29,14 +29,14 @@ def numba_rows() -> ModuleType | None:
     return module
 
 
-def numba_applies(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Does :func:`row_product` take the numba loop for these operands?"""
+def numba_applies(x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None = None) -> bool:
+    """Does :func:`row_product` take the numba loop for these operands? (It reads their memory by
+    address, so every operand must be a float32 CPU tensor; PyTorch takes, or refuses, the rest.)"""
+    operands = (x, w) if add is None else (x, w, add)
     return (
-        x.dtype == w.dtype == torch.float32
-        and x.shape[0] <= MAX_ROWS
-        and x.device.type == "cpu"
+        x.shape[0] <= MAX_ROWS
+        and all(t.dtype == torch.float32 and t.device.type == "cpu" and not t.requires_grad for t in operands)
         and w.is_contiguous()
-        and not (x.requires_grad or w.requires_grad)
         and numba_rows() is not None
     )
 
@@ -54,6 +54,6 @@ def row_product(x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None = Non
         raise KVLibError(
             f"add must be {(x.shape[0], w.shape[1])}, the product's shape, not {tuple(add.shape)}"
         )
-    if numba_applies(x, w) and (add is None or add.dtype == torch.float32 and not add.requires_grad):
+    if numba_applies(x, w, add):
         return numba_rows().product(x, w, add)
     return torch.mm(x, w) if add is None else torch.addmm(add, x, w)

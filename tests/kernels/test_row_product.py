@@ -90,3 +90,13 @@ def test_the_first_calls_compile_time_is_reported():
     with torch_threads(1):
         row_product(x, w)
     assert jit_seconds()["rows"] > 0
+
+
+def test_operands_of_another_dtype_or_device_go_to_pytorch():
+    """The loop reads memory by address: a residual of another dtype, or any operand off the CPU (here
+    the meta device, which every machine has), must take PyTorch's product instead."""
+    x, w, add = _operands(2, 16, 24)
+    assert not numba_applies(x, w, add.double()) and not numba_applies(x, w, add.to("meta"))
+    assert not numba_applies(x, w.to("meta")) and not numba_applies(x.to("meta"), w)
+    with pytest.raises(RuntimeError, match="dtype"):  # PyTorch's refusal, not the loop misreading float64
+        row_product(x, w, add=add.double())
