@@ -240,11 +240,11 @@ def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_
         m = np.empty(num_heads, dtype=np.float32)
         denom = np.empty(num_heads, dtype=np.float32)
         acc = np.empty((num_heads, head_dim), dtype=np.float32)
-        scores = np.empty((num_heads, block_size), dtype=np.float32)
         scratch = np.empty((1, block_size if staged else 1, num_kv_heads, head_dim), dtype=np.float32)
         if heads_in_lanes:
             attend_lanes(q[seq], k, v, tables[seq], first, end, seq_lens[seq], fmt, m, denom, acc, scratch)
         else:
+            scores = np.empty((num_heads, block_size), dtype=np.float32)
             attend_blocks(
                 q[seq], k, v, tables[seq], first, end, seq_lens[seq], fmt, m, denom, acc, scores, scratch
             )

@@ -12,13 +12,17 @@ logits with 65 (torch 2.13), and ``TinyLlama.forward`` uses it whenever no gradi
   projections: their weights are concatenated once (:class:`FusedWeights`, rebuilt when a
   parameter changes) and the products split into views;
 - each RMSNorm is three operators (:func:`normed`), its scale folded into the next weights;
-- the residual additions ride in the output projections (``torch.addmm``);
+- the residual additions ride in the output projections (``add=`` of
+  :func:`~kvlib.kernels.row_product.row_product`);
+- every product goes through :func:`~kvlib.kernels.row_product.row_product`: for the few
+  rows of a decode step on a CPU, a numba loop that streams each weight matrix once (the
+  weights are stored transposed for it, (n_in, n_out) contiguous); PyTorch's product otherwise;
 - the query and key heads are rotated together, in three operators
   (:func:`~kvlib.model.rotary.rotate_signed`), with angles from one gather;
 - every weight is used through functional calls, without ``nn.Module.__call__``.
 
 The matrix products sum in another grouping, the norm's scale multiplies the weights instead
-of the activations, and ``addmm``/``addcmul`` round once where the modules round twice, so
+of the activations, and fused multiply-adds round once where the modules round twice, so
 the logits agree with the reference to float32 rounding (about 1e-6, tested) and the tokens
 are the same. The caches are talked to through the same :class:`~kvlib.model.config.KVCache`
 protocol, so the paged cache of chapter 3 runs the lean pass too.
