@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.quant.minmax import check_floats, check_group_size, fp16_toward, grouped
+from kvlib.quant.minmax import check_floats, check_group_size, fp16_scale, grouped
 
 FP8_DTYPE = torch.float8_e4m3fn  # the storage dtype: e4m3, finite only
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448.0
@@ -56,7 +56,7 @@ def quantize_fp8(x: torch.Tensor, group_size: int | None = None) -> Fp8Tensor:
     length = x.shape[-1]
     group_size = check_group_size(length if group_size is None else group_size)
     groups = grouped(x.float(), group_size)  # (..., num_groups, group_size)
-    scale = fp16_toward(groups.abs().amax(dim=-1) / FP8_MAX, float("inf"))  # (..., num_groups)
+    scale = fp16_scale(groups.abs().amax(dim=-1), FP8_MAX)  # (..., num_groups), rounded up
     divisor = torch.where(scale == 0, torch.ones_like(scale), scale).float()  # all-zero groups stay 0
     scaled = (groups / divisor[..., None]).clamp_(-FP8_MAX, FP8_MAX)  # the clamp only guards rounding
     data = scaled.to(FP8_DTYPE).flatten(-2)[..., :length]

@@ -45,6 +45,20 @@ def check_group_size(group_size: int) -> int:
     return group_size
 
 
+FP16_TINIEST = 2.0**-24  # the smallest positive float16 (a subnormal)
+
+
+def fp16_scale(span: torch.Tensor, steps: int) -> torch.Tensor:
+    """``span / steps`` (float32, >= 0) rounded up to fp16: a scale that covers ``span`` in ``steps`` steps.
+
+    A span of a few float32 subnormals divides to 0, which no rounding brings back up; such a
+    span gets fp16's smallest step instead, so that a group whose values differ never has a
+    zero scale (a zero scale means "every value equal").
+    """
+    scale = fp16_toward(span / steps, float("inf"))
+    return torch.where((span > 0) & (scale == 0), torch.full_like(scale, FP16_TINIEST), scale)
+
+
 def fp16_toward(x: torch.Tensor, direction: float) -> torch.Tensor:
     """``x`` (float32) rounded to fp16 toward ``direction`` (+inf: up, -inf: down), not to nearest."""
     nearest = x.half()
@@ -105,7 +119,7 @@ def quantize_minmax(x: torch.Tensor, bits: int, group_size: int = 32) -> Quantiz
     zero = fp16_toward(groups.amin(dim=-1), float("-inf"))  # (..., num_groups), <= every value
     top = 2**bits - 1
     span = groups.amax(dim=-1) - zero.float()  # (..., num_groups), >= 0
-    scale = fp16_toward(span / top, float("inf"))  # rounded up: (x - z) / s <= top
+    scale = fp16_scale(span, top)  # rounded up: (x - z) / s <= top
     divisor = torch.where(scale == 0, torch.ones_like(scale), scale).float()  # equal values: codes 0
     codes = ((groups - zero.float()[..., None]) / divisor[..., None]).round().clamp_(0, top)
     codes = codes.to(torch.uint8).flatten(-2)[..., : x.shape[-1]]  # (..., length)
