@@ -6,7 +6,8 @@
 # npm packages pinned in package-lock.json into node_modules/ (with Python; no node needed).
 # Other targets: make lint (ruff, also the first step of make test), make unit-fast (the unit tests
 # without the slow ones, under a minute), make robust (the notebooks under adverse conditions),
-# make lab (open the notebooks in JupyterLab), make bench, make clean, make translations (update
+# make lab (open the notebooks in JupyterLab), make bench, make clean, make triton-interpreted
+# (the GPU's Triton kernel checked in Triton's CPU interpreter), make translations (update
 # the Japanese catalogues after an English change), make book-ja (the Japanese edition alone).
 
 PYTHON ?= python3
@@ -19,7 +20,7 @@ NOTEBOOKS = $$($(PY) -m tests.toc)
 BUILD_FLAGS = -W -n --keep-going
 
 .PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust weights \
-	book-ja translations
+	book-ja translations triton-interpreted
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 12) else "kvbook needs Python 3.10-3.12, but $(PYTHON) is %d.%d (set PYTHON=python3.11)" % v)'
@@ -114,6 +115,14 @@ robust: $(STAMP)
 	OMP_NUM_THREADS=1 $(MAKE) --no-print-directory nbval
 	@echo "robust 3/3: under load (a busy loop on one core)"
 	$(UNDER_LOAD) $(MAKE) --no-print-directory nbval
+
+# The Triton kernel (the GPU's) in Triton's interpreter, on the CPU: for machines without a GPU.
+# Triton is not a pin (CPU PyTorch wheels lack it; CUDA ones bring their own), so this installs
+# the version below into .triton-cpu/ and puts it on the path of this one test (about 2 minutes).
+TRITON_CPU_PIN := triton==3.9.0
+triton-interpreted: $(STAMP)
+	@test -d .triton-cpu || $(PY) -m pip install --quiet --no-deps --target .triton-cpu $(TRITON_CPU_PIN)
+	PYTHONPATH=$(CURDIR)/.triton-cpu $(PY) -m pytest -q -rs tests/kernels/test_triton_interpreted.py
 
 # Every page of _build/html (or KVBOOK_HTML) in headless Chromium; KVBOOK_SKIP_BROWSER=1 skips.
 browser: $(STAMP)

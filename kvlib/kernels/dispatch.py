@@ -175,9 +175,13 @@ def decode_attention(
         raise KVLibError(f"num_splits must be a positive integer or None, not {num_splits!r}")
     if kernel == "numba":
         return _run_numba(q, k_cache, v_cache, block_tables, seq_lens, num_splits, out)
-    if q.device.type != "cuda" or not triton_ready():
-        raise KVLibError(f"the triton kernel needs Triton and a CUDA device, not {q.device}")
-    from kvlib.kernels.triton_decode import triton_decode
+    from kvlib.kernels.triton_decode import triton_decode, triton_runs_on
+
+    if not triton_runs_on(q.device):
+        raise KVLibError(
+            f"the triton kernel needs Triton and a CUDA device (or TRITON_INTERPRET=1 for CPU tensors), "
+            f"not {q.device}"
+        )
 
     return triton_decode(q, k_cache, v_cache, block_tables, seq_lens, num_splits, longest).to(q.dtype)
 

@@ -10,12 +10,16 @@ tile in IEEE float32 (no TF32: the reference is float32). With several splits ea
 writes a partial (max, sum, acc) and :func:`merge_partials` combines them by log-sum-exp.
 
 Triton ships with PyTorch's CUDA wheels but not with its CPU wheels: this module imports
-without it, and :func:`triton_available` says whether the kernel can run here.
+without it, and :func:`triton_available` says whether the kernel can run on a GPU here. With
+``TRITON_INTERPRET=1`` set before this module is imported, Triton runs the same kernel on CPU
+tensors in its interpreter (numpy, slow): ``make triton-interpreted`` checks it so on machines
+without a GPU (:func:`triton_runs_on`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -33,6 +37,19 @@ BLOCK_N = 16  # positions per tile: the smallest tl.dot dimension
 def triton_available() -> bool:
     """Can the Triton kernel run here (Triton importable and a CUDA device present)?"""
     return triton is not None and torch.cuda.is_available()
+
+
+def triton_interpreting() -> bool:
+    """Does Triton run kernels in its interpreter (``TRITON_INTERPRET=1``, read when Triton decorates
+    them, so it must be set before this module is imported)?"""
+    return triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def triton_runs_on(device: torch.device) -> bool:
+    """Can the kernel run on tensors of ``device``: CUDA ones on a GPU, CPU ones in the interpreter?"""
+    if device.type == "cuda":
+        return triton_available()
+    return device.type == "cpu" and triton_interpreting()
 
 
 if triton is not None:
@@ -126,14 +143,18 @@ def triton_decode(
     num_splits: int,
     max_seq_len: int,
 ) -> torch.Tensor:
-    """Run the kernel on checked CUDA tensors (see :func:`kvlib.kernels.dispatch.decode_attention`).
+    """Run the kernel on checked CUDA tensors, or CPU ones in the interpreter (see
+    :func:`kvlib.kernels.dispatch.decode_attention`).
 
     q: (batch, num_heads, head_dim); k_cache, v_cache: (num_blocks, block_size, num_kv_heads,
     head_dim); block_tables: (batch, max_blocks); seq_lens: (batch,); max_seq_len: the longest
     sequence (sizes the splits). Returns float32 (batch, num_heads, head_dim).
     """
-    if not triton_available():
-        raise KVLibError("the triton kernel needs Triton and a CUDA device; use kernel='torch' or 'numba'")
+    if not triton_runs_on(q.device):
+        raise KVLibError(
+            f"the triton kernel needs Triton and a CUDA device (or TRITON_INTERPRET=1 for CPU tensors), "
+            f"not {q.device}; use kernel='torch' or 'numba'"
+        )
     q32 = q.to(torch.float32).contiguous()
     batch, num_heads, head_dim = q32.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
