@@ -261,9 +261,20 @@ class BlockManager:
             seq.block_table.append(self.pool.get_new_blocks(1)[0].block_id)
         elif self._needs_block(seq):
             self._copy_last_block(seq)
+        else:  # a private last block: one published before a truncate (and shared then) leaves the cache
+            self._unpublish(self.pool.blocks[seq.block_table[-1]])
         seq.num_tokens += 1
         seq.num_speculative += speculative
         return self.slot(seq_id, seq.num_tokens - 1)
+
+    def _unpublish(self, block) -> None:
+        """Take a block out of the prefix cache (if it is there) before its slots are written again.
+
+        Only a truncate leaves a published block partly empty at a sequence's end; if it was
+        shared then, the sharers may have freed it since, and the next append writes it in place."""
+        if block.block_hash is not None:
+            del self.pool.cached[block.block_hash]
+            block.block_hash = None
 
     def _copy_last_block(self, seq: SequenceBlocks) -> None:
         """Copy-on-write: the sequence's shared last block is replaced by a private copy."""
@@ -336,9 +347,8 @@ class BlockManager:
         self.pool.free_blocks(self.pool.blocks[b] for b in reversed(seq.block_table[keep:]))
         del seq.block_table[keep:]
         last = self.pool.blocks[seq.block_table[-1]]
-        if num_tokens % self.block_size and last.block_hash is not None and last.ref_cnt == 1:
-            del self.pool.cached[last.block_hash]  # its tail slots are about to be overwritten
-            last.block_hash = None
+        if num_tokens % self.block_size and last.ref_cnt == 1:
+            self._unpublish(last)  # its tail slots are about to be overwritten
         del seq.block_hashes[num_tokens // self.block_size :]
         seq.num_speculative = max(0, seq.num_speculative - (seq.num_tokens - num_tokens))
         seq.num_tokens, seq.num_computed = num_tokens, min(seq.num_computed, num_tokens)

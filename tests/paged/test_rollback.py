@@ -127,3 +127,28 @@ def test_rollback_errors_name_the_problem():
         manager.append_slot(0, speculative=1)
     manager.truncate(0, 2)  # releases the draft too
     assert manager.num_speculative(0) == 0 and manager.num_tokens(0) == 2
+
+
+def test_a_published_block_truncated_while_shared_leaves_the_cache_before_it_is_written_in_place():
+    """Found by tests/paged/test_rollback_properties.py: [0, 0] fills block 0 and publishes it; a fork
+    shares it; truncating the parent to [0] keeps the hash (the child still reads the full block);
+    the child is freed; appending 1 to the parent writes block 0 in place (it is private now), so the
+    hash of [0, 0] must leave the prefix cache first, or a later request would read [0, 1] for it."""
+    manager = BlockManager(num_blocks=4, block_size=2)
+    tokens = [0]
+    manager.allocate(0, tokens)
+    manager.mark_computed(0)
+    tokens.append(0)
+    manager.append_slot(0)
+    manager.mark_computed(0)
+    published = hash_block_tokens(None, [0, 0])
+    assert published in manager.pool.cached
+    manager.fork(0, 1)
+    manager.truncate(0, 1)
+    del tokens[1:]
+    assert published in manager.pool.cached  # sequence 1 still holds [0, 0] in block 0
+    manager.free(1)
+    tokens.append(1)
+    assert manager.append_slot(0) == 1  # block 0, slot 1: written in place
+    assert published not in manager.pool.cached
+    assert manager.allocate(2, [0, 0, 2]).num_cached_tokens == 0
