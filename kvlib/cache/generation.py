@@ -118,6 +118,9 @@ class Decoder:
         # (batch, prompt_len + num_new): the prompt, then each generated token written into its slot
         self._tokens = torch.empty(batch, total, dtype=torch.long, device=prompt.device)
         self._tokens[:, :prompt_len] = prompt
+        # (num_new, batch, vocab): the logits of each step, written in place by the model
+        self._logits = torch.empty(num_new, batch, model.config.vocab_size, device=prompt.device)
+        self._logits = self._logits.to(model.lm_head.weight.dtype)
         self._length = prompt_len  # tokens of each sequence so far
         self._next_input = prompt  # what the next forward pass reads when there is a cache
         self.steps_done = 0
@@ -135,7 +138,8 @@ class Decoder:
                 f"this decoder was sized for {self.num_new} new tokens and has generated them all"
             )
         model_input = self.tokens if self.cache is None else self._next_input
-        logits = self.model(model_input, self.cache, last_only=True)[:, -1]  # (batch, vocab)
+        logits = self._logits[self.steps_done]  # (batch, vocab), a view
+        self.model(model_input, self.cache, last_only=True, out=logits.unsqueeze(1))  # (batch, 1, vocab)
         self._next_input = self._tokens[:, self._length : self._length + 1]  # (batch, 1): the next slot
         torch.argmax(logits, dim=-1, keepdim=True, out=self._next_input)  # written in place, no torch.cat
         self._length += 1

@@ -66,6 +66,11 @@ FORMATS = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOA
 # LLVM may reassociate float32 sums (vectorise a dot product over head_dim, a sum over a
 # block's tokens) and fuse multiply-adds; never assume no inf/NaN (the running max starts at -inf)
 SUMS_IN_ANY_ORDER = {"reassoc", "contract"}
+NO_PARTIALS = (
+    np.empty((1, 1, 1), np.float32),
+    np.empty((1, 1, 1), np.float32),
+    np.empty((1, 1, 1, 1), np.float32),
+)
 TOKENS_AT_ONCE = 4  # K and V rows combined per pass over a row of q or acc: 4 partial sums in flight
 
 
@@ -308,28 +313,36 @@ def numba_decode(
     out: optional float32 (batch, num_heads, head_dim) to write into. Returns float32.
     """
     q32 = q.detach().to(torch.float32).contiguous()
-    batch, num_heads, head_dim = q32.shape
     out = torch.empty_like(q32) if out is None else out
-    shape = (batch, num_heads, num_splits) if num_splits > 1 else (1, 1, 1)
-    part_m = np.empty(shape, dtype=np.float32)
-    part_l = np.empty(shape, dtype=np.float32)
-    part_acc = np.empty((*shape, head_dim if num_splits > 1 else 1), dtype=np.float32)
-    args = (
+    tables, lengths = block_tables.to(torch.int64).contiguous(), seq_lens.to(torch.int64).contiguous()
+    fmt = FORMATS[k_cache.dtype]
+    launch(
         q32.numpy(),
         as_numpy(k_cache),
         as_numpy(v_cache),
-        block_tables.to(torch.int64).contiguous().numpy(),
-        seq_lens.to(torch.int64).contiguous().numpy(),
-        FORMATS[k_cache.dtype],
+        tables.numpy(),
+        lengths.numpy(),
+        fmt,
         num_splits,
         out.numpy(),
-        part_m,
-        part_l,
-        part_acc,
     )
+    return out
+
+
+def launch(q, k, v, tables, seq_lens, fmt: int, num_splits: int, out) -> None:
+    """:func:`decode_kernel` (and :func:`merge_splits` after it) on numpy views of the tensors
+    :func:`numba_decode` takes: the conversions cost tens of microseconds, as much as a short
+    decode itself, so a caller that attends over the same tensors at every step (the contiguous
+    cache of chapter 1's lean step) makes its views once and calls this."""
+    if num_splits > 1:  # each split's (max, sum, acc), merged below
+        shape = (*q.shape[:2], num_splits)
+        part_m, part_l = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
+        part_acc = np.empty((*shape, q.shape[2]), dtype=np.float32)
+    else:  # unused by the kernel: placeholders of the right type, made once
+        part_m, part_l, part_acc = NO_PARTIALS
+    args = (q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_l, part_acc)
     use_numba_threads()
     # float16 and bfloat16 share the uint16 code
-    timed_first_call("float32" if k_cache.dtype == torch.float32 else "16-bit", decode_kernel, args)
+    timed_first_call("float32" if fmt == FLOAT32 else "16-bit", decode_kernel, args)
     if num_splits > 1:
-        timed_first_call("merge", merge_splits, (part_m, part_l, part_acc, args[7]))
-    return out
+        timed_first_call("merge", merge_splits, (part_m, part_l, part_acc, out))

@@ -98,14 +98,16 @@ def rows_times_matrix_serial(x_at, w_at, add_at, out_at, rows, n_in, n_out):
         _slice_of_row(x, w, add, out, r, 0, 1)
 
 
-def product(x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None) -> torch.Tensor:
-    """add + x @ w for checked CPU float32 tensors (see :func:`kvlib.kernels.row_product.row_product`);
-    a new (rows, n_out) tensor. Serial on one thread or for a small ``w``, else in column slices.
-    The tensors stay referenced here while the kernel reads their memory."""
+def product(
+    x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """add + x @ w for checked CPU float32 tensors (see :func:`kvlib.kernels.row_product.row_product`),
+    into ``out`` (rows, n_out) or a new tensor. Serial on one thread or for a small ``w``, else in
+    column slices. The tensors stay referenced here while the kernel reads their memory."""
     x = x if x.is_contiguous() else x.contiguous()
     add = add if add is None or add.is_contiguous() else add.contiguous()
     (rows, n_in), n_out = x.shape, w.shape[1]
-    out = torch.empty(rows, n_out)
+    out = torch.empty(rows, n_out) if out is None else out
     addresses = x.data_ptr(), w.data_ptr(), 0 if add is None else add.data_ptr(), out.data_ptr()
     if torch.get_num_threads() == 1 or w.numel() < PARALLEL_MIN_WEIGHTS:
         timed_first_call("rows", rows_times_matrix_serial, (*addresses, rows, n_in, n_out))

@@ -41,19 +41,29 @@ def numba_applies(x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None = N
     )
 
 
-def row_product(x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+def row_product(
+    x: torch.Tensor, w: torch.Tensor, add: torch.Tensor | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """``x @ w``, plus ``add`` if given: x (rows, n_in), w (n_in, n_out), add (rows, n_out) -> (rows, n_out).
 
-    No gradient flows through the numba loop, so operands that require one take PyTorch's.
+    ``out`` (rows, n_out), contiguous, receives the result (no allocation); it may be ``add`` itself
+    (a residual updated in place) but must not overlap x. No gradient flows through the numba
+    loop, so operands that require one take PyTorch's.
     """
     if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[0]:
         raise KVLibError(
             f"cannot multiply x {tuple(x.shape)} by w {tuple(w.shape)}: need (rows, n) and (n, m)"
         )
-    if add is not None and add.shape != (x.shape[0], w.shape[1]):
-        raise KVLibError(
-            f"add must be {(x.shape[0], w.shape[1])}, the product's shape, not {tuple(add.shape)}"
-        )
+    shape = (x.shape[0], w.shape[1])
+    for name, tensor in (("add", add), ("out", out)):
+        if tensor is not None and tensor.shape != shape:
+            raise KVLibError(f"{name} must be {shape}, the product's shape, not {tuple(tensor.shape)}")
+    if out is not None and not (out.is_contiguous() and out.dtype == x.dtype and out.device == x.device):
+        raise KVLibError(f"out must be a contiguous {x.dtype} tensor on {x.device}")
     if numba_applies(x, w, add):
-        return numba_rows().product(x, w, add)
-    return torch.mm(x, w) if add is None else torch.addmm(add, x, w)
+        return numba_rows().product(x, w, add, out)
+    if add is None:
+        return torch.mm(x, w, out=out)
+    if out is add:
+        return add.addmm_(x, w)
+    return torch.addmm(add, x, w, out=out)

@@ -65,7 +65,14 @@ class ModelConfig:
 
 
 class KVCache(Protocol):
-    """What the model needs from a cache (see ``kvlib.cache`` and ``kvlib.paged``)."""
+    """What the model needs from a cache (see ``kvlib.cache`` and ``kvlib.paged``).
+
+    A cache may keep the k and v tensors it is handed. One that copies them into memory of its
+    own instead, and whose ``attend`` takes ``out=`` (a float32 tensor of the result's shape that
+    a decode step may write the attention into; the caller uses what ``attend`` returns), says so
+    with a class attribute ``reuses_buffers = True``: the lean pass (:mod:`kvlib.model.lean`) then
+    hands it views of buffers that the next pass overwrites, and a buffer for the attention.
+    """
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Make room for ``num_new`` tokens per sequence; return their positions, (batch, num_new)."""

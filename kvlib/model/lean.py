@@ -5,8 +5,9 @@ matrix-vector products. What it costs beyond reading the weights is the fixed pr
 every operator PyTorch dispatches (a few microseconds each on a CPU once the weights have
 streamed through its caches) and of every ``nn.Module`` call. The modules' forward pass
 (``TinyLlama.reference_forward``, the readable one, which follows Llama's structure) dispatches
-121 operators per decode step of a 2-layer model; :func:`lean_forward` computes the same
-logits with 65 (torch 2.13), and ``TinyLlama.forward`` uses it whenever no gradient is wanted:
+133 operators per decode step of a 2-layer model, 79 of which allocate a tensor;
+:func:`lean_forward` computes the same logits with 69, none allocating (torch 2.13, the numba
+kernel attending), and ``TinyLlama.forward`` uses it whenever no gradient is wanted:
 
 - the q, k and v projections are one matrix product, and so are the MLP's gate and up
   projections: their weights are concatenated once (:class:`FusedWeights`, rebuilt when a
@@ -19,7 +20,11 @@ logits with 65 (torch 2.13), and ``TinyLlama.forward`` uses it whenever no gradi
   weights are stored transposed for it, (n_in, n_out) contiguous); PyTorch's product otherwise;
 - the query and key heads are rotated together, in three operators
   (:func:`~kvlib.model.rotary.rotate_signed`), with angles from one gather;
-- every weight is used through functional calls, without ``nn.Module.__call__``.
+- every weight is used through functional calls, without ``nn.Module.__call__``;
+- every activation is written into :class:`StepBuffers`, made by the first float32 pass of a
+  (batch, seq) shape and reused by the next ones, and the logits into the caller's ``out``:
+  a decode step allocates nothing where the cache copies what it is handed and attends into
+  a given buffer (``KVCache.reuses_buffers``: the contiguous and paged caches).
 
 The matrix products sum in another grouping, the norm's scale multiplies the weights instead
 of the activations, and fused multiply-adds round once where the modules round twice, so
@@ -30,6 +35,7 @@ protocol, so the paged cache of chapter 3 runs the lean pass too.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -39,7 +45,9 @@ from torch.nn import functional as F
 from kvlib.kernels.row_product import row_product
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache
-from kvlib.model.rotary import new_token_positions, rotate_signed
+from kvlib.model.rotary import new_token_positions, rotate_signed, rotate_signed_into
+
+MAX_BUFFER_SHAPES = 4  # (batch, seq) shapes whose activations a model keeps (FusedWeights.buffers)
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,7 @@ class FusedWeights:
         self.qkv_split: tuple[int, int] = (0, 0)  # heads of [q | k] and of v in a qkv projection
         self.qk_split: tuple[int, int] = (0, 0)  # heads of q and of k among the rotated ones
         self.num_builds = 0  # how many times the weights were (re)built
+        self._buffers: dict[tuple[int, int], StepBuffers] = {}  # (batch, seq) -> that pass's activations
 
     def clear(self) -> None:
         """Forget the fused weights: the next :meth:`get` rebuilds them."""
@@ -137,64 +146,153 @@ class FusedWeights:
         self.qkv_split = (config.num_heads + config.num_kv_heads, config.num_kv_heads)
         self.qk_split = (config.num_heads, config.num_kv_heads)
         self._key = self._current_key()
+        self._buffers = {}
         self.num_builds += 1
 
+    def buffers(self, batch: int, seq: int) -> StepBuffers | None:
+        """The activations of a float32 pass over (batch, seq) tokens, made on the first such pass and
+        written in place by every later one (None for other dtypes, which keep allocating). A few
+        shapes are kept: a decode loop asks for the same one at every step."""
+        if self.lm_head.dtype != torch.float32:
+            return None
+        if (batch, seq) not in self._buffers:
+            if len(self._buffers) >= MAX_BUFFER_SHAPES:
+                self._buffers.clear()
+            with torch.inference_mode(False):  # ordinary tensors, writable in any mode
+                self._buffers[batch, seq] = StepBuffers.make(self, batch, seq)
+        return self._buffers[batch, seq]
 
-def normed(x: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+
+@dataclass(frozen=True)
+class StepBuffers:
+    """Every activation of a lean pass over (batch, seq) tokens, so that a decode step allocates nothing.
+
+    Rows are the pass's batch * seq tokens. Only the logits leave the pass (into a tensor the
+    caller gives, or a new one), so the next pass of the same shape may overwrite all of these.
+    """
+
+    x: torch.Tensor  # (rows, d_model): the residual stream
+    h: torch.Tensor  # (rows, d_model): x normed (:func:`normed`), a projection's input
+    norm: torch.Tensor  # (rows, 1): each row's sqrt(|x|^2 + offset^2)
+    qkv: torch.Tensor  # (rows, (heads + 2 * kv_heads) * head_dim): the fused projection
+    angles: torch.Tensor  # (rows, 2 * head_dim): [cos | signed sin] at each token's position
+    rotated: torch.Tensor  # (batch, heads + kv_heads, seq, head_dim): q and k rotated
+    rolled: torch.Tensor  # (batch, heads + kv_heads, seq, head_dim): q and k, halves swapped
+    attn: torch.Tensor  # (batch, heads, seq, head_dim): what the cache may write the attention into
+    gate_up: torch.Tensor  # (rows, 2 * d_ff): the MLP's fused gate and up projections
+    act: torch.Tensor  # (rows, d_ff): silu(gate) * up
+
+    @staticmethod
+    def make(fused: FusedWeights, batch: int, seq: int) -> StepBuffers:
+        """Uninitialised buffers for a pass of ``fused``'s model over (batch, seq) tokens."""
+        rows, device = batch * seq, fused.lm_head.device
+        d_model, qkv_width = fused.layers[0].qkv.shape
+        rotated_heads = sum(fused.qk_split)
+        new = functools.partial(torch.empty, device=device)
+        return StepBuffers(
+            x=new(rows, d_model),
+            h=new(rows, d_model),
+            norm=new(rows, 1),
+            qkv=new(rows, qkv_width),
+            angles=new(rows, 2 * fused.head_dim),
+            rotated=new(batch, rotated_heads, seq, fused.head_dim),
+            rolled=new(batch, rotated_heads, seq, fused.head_dim),
+            attn=new(batch, fused.qk_split[0], seq, fused.head_dim),
+            gate_up=new(rows, fused.layers[0].gate_up.shape[1]),
+            act=new(rows, fused.layers[0].down.shape[0]),
+        )
+
+
+def normed(x: torch.Tensor, offset: torch.Tensor, buf: StepBuffers | None = None) -> torch.Tensor:
     """x (rows, dim) over sqrt(|x|^2 + offset^2), in x's dtype: RMSNorm short of its scale.
 
     With offset = sqrt(dim * eps) this is x / (sqrt(dim) * rms(x)): the scale and sqrt(dim) are
     folded into the next weights (:func:`fuse_layer`). Three operators (a norm, ``hypot``, a
-    division), where ``x.pow(2).mean()``, ``+ eps``, ``rsqrt`` and two products take six.
+    division), where ``x.pow(2).mean()``, ``+ eps``, ``rsqrt`` and two products take six; with
+    ``buf`` (float32) they write into ``buf.norm`` and ``buf.h``.
     """
+    if buf is not None:
+        norm, out = buf.norm, buf.h
+        if x.shape[0] < norm.shape[0]:  # a last_only prefill norms `batch` of its batch * seq rows
+            norm, out = norm[: x.shape[0]], out[: x.shape[0]]
+        torch.linalg.vector_norm(x, dim=-1, keepdim=True, out=norm)
+        return torch.div(x, torch.hypot(norm, offset, out=norm), out=out)  # (rows, dim)
     x32 = x if x.dtype == torch.float32 else x.float()
     out = x32 / torch.hypot(torch.linalg.vector_norm(x32, dim=-1, keepdim=True), offset)  # (rows, dim)
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
-def lean_attention(x, w: FusedLayer, fused: FusedWeights, cos, sin, layer: int, cache, batch: int):
+def lean_attention(x, w: FusedLayer, fused: FusedWeights, cos, sin, layer: int, cache, batch: int, buf=None):
     """x (batch * seq, d_model) plus its attention output: (batch * seq, d_model), residual included.
 
     cos, sin: (batch, 1, seq, head_dim), the signed sin of :meth:`RotaryTable.lookup_signed`;
-    ``cache`` a :class:`~kvlib.model.config.KVCache` or None (the tokens are the whole sequence).
+    ``cache`` a :class:`~kvlib.model.config.KVCache` or None (the tokens are the whole sequence);
+    ``buf`` the pass's :class:`StepBuffers` or None. With buffers the residual is updated in place.
     """
     seq = x.shape[0] // batch
-    qkv = row_product(normed(x, fused.offset), w.qkv)  # (batch * seq, (heads + 2 * kv_heads) * head_dim)
+    qkv = row_product(normed(x, fused.offset, buf), w.qkv, out=None if buf is None else buf.qkv)
     if seq == 1:  # (batch, heads + 2 * kv_heads, 1, head_dim) is the same memory: no transpose to dispatch
         qkv = qkv.view(batch, -1, 1, fused.head_dim)
     else:
         qkv = qkv.view(batch, seq, -1, fused.head_dim).transpose(1, 2)
     qk, v = qkv.split_with_sizes(fused.qkv_split, dim=1)  # (batch, heads + kv_heads | kv_heads, seq, hd)
-    q, k = rotate_signed(qk, cos, sin).split_with_sizes(fused.qk_split, dim=1)  # rotated at once
+    if buf is None:
+        rotated = rotate_signed(qk, cos, sin)
+    else:
+        rotated = rotate_signed_into(qk, cos, sin, buf.rotated, buf.rolled)
+    q, k = rotated.split_with_sizes(fused.qk_split, dim=1)  # rotated at once
     # q: (batch, heads, seq, head_dim); k, v: (batch, kv_heads, seq, head_dim)
-    out = grouped_attention(q, k, v) if cache is None else cache.attend(layer, q, k, v)
+    if cache is None:
+        out = grouped_attention(q, k, v)
+    elif buf is None:
+        out = cache.attend(layer, q, k, v)
+    else:  # a cache that takes out= (KVCache.reuses_buffers)
+        out = cache.attend(layer, q, k, v, out=buf.attn)
     # heads side by side: (batch * seq, heads * head_dim); one new token per sequence is already so
     out = out.reshape(batch, -1) if seq == 1 else out.transpose(1, 2).reshape(x.shape[0], -1)
-    return row_product(out, w.o, add=x)  # x + o_proj(out)
+    return row_product(out, w.o, add=x, out=None if buf is None else x)  # x + o_proj(out)
 
 
-def lean_mlp(x: torch.Tensor, w: FusedLayer, offset: torch.Tensor) -> torch.Tensor:
-    """x (batch * seq, d_model) plus its SwiGLU MLP's output, (batch * seq, d_model)."""
-    gate, up = row_product(normed(x, offset), w.gate_up).chunk(2, dim=-1)  # (batch * seq, d_ff) each
-    return row_product(F.silu(gate).mul_(up), w.down, add=x)  # x + down(silu(gate) * up)
+def lean_mlp(
+    x: torch.Tensor, w: FusedLayer, offset: torch.Tensor, buf: StepBuffers | None = None
+) -> torch.Tensor:
+    """x (batch * seq, d_model) plus its SwiGLU MLP's output, (batch * seq, d_model); in place with
+    ``buf``."""
+    gate_up = row_product(normed(x, offset, buf), w.gate_up, out=None if buf is None else buf.gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)  # (batch * seq, d_ff) each
+    if buf is None:
+        return row_product(F.silu(gate).mul_(up), w.down, add=x)  # x + down(silu(gate) * up)
+    act = torch.mul(F.silu(gate, inplace=True), up, out=buf.act)  # contiguous, for the product
+    return row_product(act, w.down, add=x, out=x)
 
 
-def lean_forward(model, tokens: torch.Tensor, cache: KVCache | None, last_only: bool) -> torch.Tensor:
+def lean_forward(
+    model, tokens: torch.Tensor, cache: KVCache | None, last_only: bool, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """What ``model.reference_forward(tokens, cache, last_only)`` returns, by the lean pass.
 
     ``model`` is a :class:`~kvlib.model.llama.TinyLlama`; tokens (batch, seq) -> logits
-    (batch, seq, vocab), or (batch, 1, vocab) with ``last_only``.
+    (batch, seq, vocab), or (batch, 1, vocab) with ``last_only``, written into ``out`` of that
+    shape if given. Every other activation lives in the model's :class:`StepBuffers` for this
+    shape (float32), so that a decode step into ``out`` allocates nothing.
     """
     fused = model.fused.get(model)
     batch, seq = tokens.shape
+    # buffers only where nothing keeps the k, v handed to the cache (they are views of buffers)
+    buf = fused.buffers(batch, seq) if cache is None or getattr(cache, "reuses_buffers", False) else None
+    positions = new_token_positions(tokens, cache, model.config)  # (batch, seq)
     cos, sin = model.rotary.lookup_signed(
-        new_token_positions(tokens, cache, model.config)
+        positions, None if buf is None else buf.angles
     )  # (batch, 1, seq, hd)
-    x = torch.embedding(fused.embed, tokens).view(batch * seq, -1)  # (batch * seq, d_model)
+    if buf is None:
+        x = torch.embedding(fused.embed, tokens).view(batch * seq, -1)  # (batch * seq, d_model)
+    else:
+        x = torch.index_select(fused.embed, 0, tokens.reshape(-1), out=buf.x)
     for layer, w in enumerate(fused.layers):
-        x = lean_attention(x, w, fused, cos, sin, layer, cache, batch)
-        x = lean_mlp(x, w, fused.offset)  # (batch * seq, d_model)
+        x = lean_attention(x, w, fused, cos, sin, layer, cache, batch, buf)
+        x = lean_mlp(x, w, fused.offset, buf)  # (batch * seq, d_model)
     if last_only and seq > 1:
         x = x.view(batch, seq, -1)[:, -1]  # (batch, d_model)
-    logits = row_product(normed(x, fused.offset), fused.lm_head)
+    logits_out = None if out is None else out.view(x.shape[0], -1)
+    logits = row_product(normed(x, fused.offset, buf), fused.lm_head, out=logits_out)
     return logits.view(batch, -1, logits.shape[-1])  # (batch, seq or 1, vocab)

@@ -128,7 +128,11 @@ class TinyLlama(nn.Module):
         self.lean = True
 
     def forward(
-        self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens (batch, seq) -> logits (batch, seq, vocab), or (batch, 1, vocab) if ``last_only``.
 
@@ -139,11 +143,13 @@ class TinyLlama(nn.Module):
 
         Under ``torch.inference_mode`` or ``no_grad`` (or with frozen weights) this is the lean pass
         (:func:`~kvlib.model.lean.lean_forward`); when gradients may be wanted, or with ``self.lean``
-        set to False (to time one against the other), :meth:`reference_forward`.
+        set to False (to time one against the other), :meth:`reference_forward`. ``out``, a tensor
+        of the logits' shape and dtype, receives them (the lean decode step then allocates nothing).
         """
         if not self.lean or (torch.is_grad_enabled() and self.lm_head.weight.requires_grad):
-            return self.reference_forward(tokens, cache, last_only)
-        return lean_forward(self, tokens, cache, last_only)
+            logits = self.reference_forward(tokens, cache, last_only)
+            return logits if out is None else out.copy_(logits)
+        return lean_forward(self, tokens, cache, last_only, out)
 
     def reference_forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False

@@ -87,22 +87,33 @@ class RotaryTable:
             cos, sin = self.tables(positions.device, int(positions.max()) + 1)
         return F.embedding(positions, cos)[:, None], F.embedding(positions, sin)[:, None]
 
-    def lookup_signed(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def lookup_signed(
+        self, positions: torch.Tensor, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and the signed sin for (batch, seq) positions, each (batch, 1, seq, head_dim), one gather.
 
         The signed sin is ``sin`` with its first half negated, what :func:`rotate_signed` multiplies
-        the swapped halves by. Both are views of one gathered (batch, 1, seq, 2 * head_dim) tensor.
-        A position past the table grows it; on the CPU the gather itself finds such a position
-        (it raises ``IndexError``), which spares a step reading the largest position back.
+        the swapped halves by. Both are views of one gathered (batch, 1, seq, 2 * head_dim) tensor,
+        written into ``out`` (batch * seq, 2 * head_dim) if given. A position past the table grows
+        it; on the CPU the gather itself finds such a position (it raises ``IndexError``), which
+        spares a step reading the largest position back.
         """
         table = self._signed.get(positions.device)
         if table is None or positions.device.type != "cpu":
             table = self._signed_table(positions)
         try:
-            rows = torch.embedding(table, positions)  # (batch, seq, 2 * head_dim)
+            rows = self._gather(table, positions, out)  # (batch, seq, 2 * head_dim)
         except IndexError:
-            rows = torch.embedding(self._signed_table(positions), positions)
+            rows = self._gather(self._signed_table(positions), positions, out)
         return rows[:, None].chunk(2, dim=-1)
+
+    @staticmethod
+    def _gather(table: torch.Tensor, positions: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        """Rows of ``table`` at positions (batch, seq): (batch, seq, width), in ``out`` if given."""
+        if out is None or out.shape[0] != positions.numel():  # a cache may give (1, seq) for the batch
+            return torch.embedding(table, positions)
+        torch.index_select(table, 0, positions.reshape(-1), out=out)  # a decode step's positions: a view
+        return out.view(*positions.shape, -1)
 
     def _signed_table(self, positions: torch.Tensor) -> torch.Tensor:
         """The (length, 2 * head_dim) table [cos | signed sin] on positions' device, long enough for them."""
@@ -159,3 +170,16 @@ def rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) 
     """
     out = torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)  # (batch, heads, seq, head_dim)
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def rotate_signed_into(
+    x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, out: torch.Tensor, rolled: torch.Tensor
+) -> torch.Tensor:
+    """:func:`rotate_signed` written into ``out``, with ``rolled`` as scratch (both x's shape and
+    dtype, contiguous): four operators, none allocating (``roll`` has no ``out=``, so the halves
+    are swapped by two copies). The lean decode step's rotation (chapter 1)."""
+    half = x.shape[-1] // 2
+    rolled[..., :half].copy_(x[..., half:])
+    rolled[..., half:].copy_(x[..., :half])
+    torch.mul(x, cos, out=out)
+    return out.addcmul_(rolled, signed_sin)  # (batch, heads, seq, head_dim)

@@ -10,8 +10,11 @@
 - ``paged_cache``: :class:`PagedKVCache`, the cache the model writes to and reads from, and
   the :class:`AttentionMetadata` of one forward pass; its attention kernels are in
   :mod:`kvlib.kernels`.
-- ``generation``: the paged decode loop (:func:`prefill`, :func:`decode_step`), and
-  generation of one batch of prompts or of branches sharing a prompt.
+- ``step_inputs``: :class:`StepInputs`, a pass's token ids, positions, slots, block tables
+  and lengths (and its logits) in buffers kept from step to step, so that a decode step
+  allocates no tensor.
+- ``generation``: the paged decode loop (:func:`prefill`, :func:`decode_step`,
+  :func:`greedy_step`), and generation of one batch of prompts or of branches sharing a prompt.
 - ``kernel_overhead``: chapter 3's measurements: equality with the contiguous cache and the
   paged kernel's cost.
 - ``memory_waste``: memory lost by reserving the maximum length, against paging.
@@ -27,6 +30,7 @@ from kvlib.paged.generation import (
     generate_paged,
     give_slots,
     greedy,
+    greedy_step,
     prefill,
 )
 from kvlib.paged.kernel_overhead import (
@@ -43,6 +47,7 @@ from kvlib.paged.kernel_overhead import (
 )
 from kvlib.paged.memory_waste import ReservationWaste, reservation_waste
 from kvlib.paged.paged_cache import AttentionMetadata, PagedKVCache
+from kvlib.paged.step_inputs import StepInputs
 from kvlib.paged.usage import BlockSnapshot, BlockUsage, block_snapshot, block_usage, stored_tokens
 
 __all__ = [
@@ -60,6 +65,7 @@ __all__ = [
     "KernelSizes",
     "PagedGeneration",
     "PagedKVCache",
+    "StepInputs",
     "ReservationWaste",
     "SequenceBlocks",
     "block_snapshot",
@@ -69,6 +75,7 @@ __all__ = [
     "generate_paged",
     "give_slots",
     "greedy",
+    "greedy_step",
     "hash_block_tokens",
     "kernel_sizes",
     "num_blocks_for",

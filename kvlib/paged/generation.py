@@ -4,7 +4,8 @@ Every caller that runs ``kvlib.model`` on the paged cache goes through two funct
 
 - :func:`prefill`: one sequence's prompt, past the tokens the prefix cache already holds;
 - :func:`decode_step`: one token for each sequence of a batch: the newest token of each
-  gets a slot, the model runs on them in one forward pass, and their logits come back.
+  gets a slot, the model runs on them in one forward pass, and their logits come back;
+  :func:`greedy_step` picks the most likely next tokens from them, allocating no tensor.
 
 Each sequence's tokens have one owner, the caller: it appends every new token to its own
 list, which the block manager only reads (see :mod:`kvlib.paged.block_manager`). On top of
@@ -88,19 +89,39 @@ def decode_step(
     seq_ids: Sequence[int],
     token_ids: Sequence[Sequence[int]],
     append_slots: bool = True,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decode step of a batch: each sequence's newest token in, the logits of the next out.
 
     ``token_ids[i]`` is the list of sequence ``seq_ids[i]``, its newest token (last) already
     appended by the caller. With ``append_slots`` each newest token first gets its slot
     (copy-on-write included); chapter 4's scheduler gives them slots itself, through its
-    memory, and passes ``append_slots=False``. Returns (batch, vocab) logits.
+    memory, and passes ``append_slots=False``. Returns (batch, vocab) logits: ``out`` if given.
     """
     if append_slots:
         give_slots(cache, seq_ids)
     cache.schedule(seq_ids)
-    newest = torch.tensor([[tokens[-1]] for tokens in token_ids], device=cache.k.device)  # (batch, 1)
-    return model(newest, cache, last_only=True)[:, -1]  # (batch, 1, vocab) -> (batch, vocab)
+    newest = cache.inputs.put("token_ids", [tokens[-1] for tokens in token_ids]).view(-1, 1)  # (batch, 1)
+    logits = model(newest, cache, last_only=True, out=None if out is None else out[:, None])
+    return logits[:, -1]  # (batch, 1, vocab) -> (batch, vocab)
+
+
+def greedy_step(
+    model: TinyLlama,
+    cache: PagedKVCache,
+    seq_ids: Sequence[int],
+    token_ids: Sequence[Sequence[int]],
+    append_slots: bool = True,
+) -> list[int]:
+    """The most likely next token of each sequence after :func:`decode_step`, whose logits and
+    argmax go into buffers of the cache (:class:`~kvlib.paged.step_inputs.StepInputs`): with the
+    lean pass, the step allocates no tensor (chapter 1's lean step, here on the paged cache)."""
+    batch, vocab = len(seq_ids), model.config.vocab_size
+    logits = cache.inputs.scratch("logits", (batch, vocab), model.lm_head.weight.dtype)
+    decode_step(model, cache, seq_ids, token_ids, append_slots, out=logits)
+    return torch.argmax(
+        logits, dim=-1, out=cache.inputs.scratch("next_tokens", (batch,), torch.long)
+    ).tolist()
 
 
 def greedy(logits: torch.Tensor) -> list[int]:
@@ -152,7 +173,7 @@ def generate_paged(
     seq_ids = list(range(len(prompts)))
     for step in range(num_new - 1):
         give_slots(cache, seq_ids, step)
-        next_tokens = greedy(decode_step(model, cache, seq_ids, tokens, append_slots=False))
+        next_tokens = greedy_step(model, cache, seq_ids, tokens, append_slots=False)
         for seq_tokens, token in zip(tokens, next_tokens, strict=True):
             seq_tokens.append(token)
     return PagedGeneration(tokens, cache, allocations)

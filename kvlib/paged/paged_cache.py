@@ -5,11 +5,12 @@ The K/V of every layer live in one preallocated pool per layer, shaped
 :class:`~kvlib.paged.block_manager.BlockManager` decides which block holds which token;
 this module writes each forward pass's new K/V through the *slot mapping* and reads them
 back through the *block tables*: a decode step (one new token per sequence) with the fused
-kernel of :func:`kvlib.kernels.decode_attention` (numba on the CPU, Triton on CUDA), a
-prefill with the gather kernel :func:`kvlib.kernels.torch_gather.paged_attention`. What
-one forward pass needs for that, computed once for all layers, is an
-:class:`AttentionMetadata`. The decode loop that drives the cache is in
-:mod:`kvlib.paged.generation`.
+kernel of :func:`kvlib.kernels.decode_attention` (numba on the CPU, called straight through a
+:class:`~kvlib.kernels.pool_decoder.PoolDecoder`; Triton on CUDA), a prefill with the gather
+kernel :func:`kvlib.kernels.torch_gather.paged_attention`. What one forward pass needs for
+that, computed once for all layers, is an :class:`AttentionMetadata`, whose tensors are views
+of buffers kept from step to step (:class:`~kvlib.paged.step_inputs.StepInputs`). The decode
+loop that drives the cache is in :mod:`kvlib.paged.generation`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.kernels.dispatch import decode_attention
+from kvlib.kernels.dispatch import decode_attention, default_kernel
+from kvlib.kernels.pool_decoder import PoolDecoder, pool_decoder_runs
 from kvlib.kernels.torch_gather import GatherBuffer, KeyMask, gather_blocks, key_mask, paged_attention
 from kvlib.model.config import ModelConfig
 from kvlib.paged.block_manager import BlockManager
+from kvlib.paged.step_inputs import StepInputs
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,8 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor  # (batch * num_new,) int64: the pool slot of each new token, batch-major
     block_tables: torch.Tensor  # (batch, max_blocks) int64, padded with block 0
     seq_lens: torch.Tensor  # (batch,) tokens per sequence, the new ones included
-    mask: KeyMask  # keys each query sees (bias (batch, num_new, num_keys) or None)
+    mask: KeyMask | None  # keys each query of a prefill sees (bias (batch, num_new, num_keys) or None)
+    max_seq_len: int  # the longest of seq_lens, known in Python
 
 
 class PagedKVCache:
@@ -57,6 +61,7 @@ class PagedKVCache:
     """
 
     decode_kernel: str | None = None
+    reuses_buffers = True  # attend writes k, v into the blocks and takes out= (kvlib.model.config.KVCache)
 
     def __init__(
         self,
@@ -81,6 +86,10 @@ class PagedKVCache:
         self._partial = False  # may the next pass run only the first of the tokens lacking K/V?
         self._ends: list[int] = []  # per scheduled sequence: its tokens with K/V after the pass
         self._metadata: AttentionMetadata | None = None
+        self.inputs = StepInputs(device)  # what each forward pass reads, in buffers kept between passes
+        self._decoder = None  # the numba kernel bound to the pools, where it runs (a CPU, numba)
+        if pool_decoder_runs(device, dtype):
+            self._decoder = PoolDecoder(self.k.unbind(0), self.v.unbind(0))
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
@@ -132,7 +141,7 @@ class PagedKVCache:
             raise KVLibError("no sequences scheduled: call cache.schedule(seq_ids) before running the model")
         if num_new < 1:
             raise KVLibError(f"the model must be given at least one new token per sequence, not {num_new}")
-        manager, device = self.manager, self.k.device
+        manager = self.manager
         starts, slots = [], []
         for seq_id in self._batch:
             start, length = manager.num_computed(seq_id), manager.num_tokens(seq_id)
@@ -146,16 +155,17 @@ class PagedKVCache:
         self._ends = [start + num_new for start in starts]  # tokens with K/V once the pass is done
         self._check_private(slots)
         tables = [manager.block_table(s) for s in self._batch]
-        width = max(map(len, tables))
-        seq_lens = torch.tensor(starts, device=device) + num_new  # (batch,)
+        inputs = self.inputs  # views of buffers kept from step to step: a decode step allocates nothing
+        seq_lens = inputs.put("seq_lens", self._ends)  # (batch,)
         self._metadata = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.long, device=device),
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device),
+            slot_mapping=inputs.put("slot_mapping", slots),
+            block_tables=inputs.put_rows("block_tables", tables, max(map(len, tables))),
             seq_lens=seq_lens,
-            mask=key_mask(seq_lens, num_new, self.k.dtype, lengths=[s + num_new for s in starts]),
+            mask=None if num_new == 1 else key_mask(seq_lens, num_new, self.k.dtype, lengths=self._ends),
+            max_seq_len=max(self._ends),
         )
-        # (batch, 1) + (num_new,) -> (batch, num_new)
-        return torch.tensor(starts, device=device)[:, None] + torch.arange(num_new, device=device)
+        positions = [start + i for start in starts for i in range(num_new)]
+        return inputs.put("positions", positions).view(len(starts), num_new)  # (batch, num_new)
 
     def _check_private(self, slots: list[int]) -> None:
         """Invariant: the slots about to be written belong to blocks no other sequence uses."""
@@ -163,10 +173,13 @@ class PagedKVCache:
             if self.manager.ref_cnt(slot // self.block_size) != 1:
                 raise KVLibError(f"slot {slot} is in a shared block; writing it would change other sequences")
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Write this layer's new K/V into their slots, then attend through the block tables.
 
         q: (batch, num_heads, num_new, head_dim); k, v: (batch, num_kv_heads, num_new, head_dim)
+        out: optional float32 tensor of q's shape the numba kernel writes a decode step into
         returns: (batch, num_heads, num_new, head_dim)
         """
         metadata = self._metadata
@@ -175,7 +188,11 @@ class PagedKVCache:
         # (batch, kv_heads, new, hd) -> (batch, new, kv_heads, hd) -> (batch * new, kv_heads, hd), batch-major
         self.k[layer].view(flat)[metadata.slot_mapping] = k.transpose(1, 2).reshape(flat)
         self.v[layer].view(flat)[metadata.slot_mapping] = v.transpose(1, 2).reshape(flat)
-        if q.shape[2] == 1:  # a decode step: the fused kernel reads the blocks in place
+        if q.shape[2] == 1 and self._runs_pool_decoder(q):  # the fused kernel, called directly
+            out = self._decoder.attend(
+                layer, q, metadata.block_tables, metadata.seq_lens, metadata.max_seq_len, out
+            )  # (batch, num_heads, 1, head_dim)
+        elif q.shape[2] == 1:  # a decode step: the fused kernel reads the blocks in place
             out = decode_attention(
                 q[:, :, 0],  # (batch, num_heads, head_dim)
                 self.k[layer],  # (num_blocks, block_size, kv_heads, head_dim)
@@ -183,6 +200,7 @@ class PagedKVCache:
                 metadata.block_tables,
                 metadata.seq_lens,
                 kernel=self.decode_kernel,
+                out=None if out is None else out[:, :, 0],
             )[:, :, None]  # (batch, num_heads, 1, head_dim)
         else:  # a prefill: gather, then attend
             out = paged_attention(
@@ -198,6 +216,13 @@ class PagedKVCache:
             for seq_id, end in zip(self._batch, self._ends, strict=True):
                 self.manager.mark_computed(seq_id, end)
         return out
+
+    def _runs_pool_decoder(self, q: torch.Tensor) -> bool:
+        """Does this decode step go straight to the numba kernel (a
+        :class:`~kvlib.kernels.pool_decoder.PoolDecoder`)? Where ``decode_kernel`` names numba's and q
+        is float32; other kernels, and other queries, go through :func:`~kvlib.kernels.decode_attention`."""
+        kernel = default_kernel(q.device) if self.decode_kernel is None else self.decode_kernel
+        return self._decoder is not None and kernel == "numba" and q.dtype == torch.float32
 
     def read(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The stored K and V of one sequence in one layer, each (num_kv_heads, seq_len, head_dim)."""

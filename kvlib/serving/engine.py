@@ -8,7 +8,7 @@ budget, and the cache behind them gets spare blocks so that storage never limits
 Each step runs one forward pass per prefilled prompt (``PagedKVCache`` feeds every
 scheduled sequence the same number of tokens) and one for all decoding sequences, through
 the paged decode loop's steps (:func:`kvlib.paged.generation.prefill` and
-:func:`kvlib.paged.generation.decode_step`). Each request's tokens live in its
+:func:`kvlib.paged.generation.greedy_step`). Each request's tokens live in its
 ``SeqState.tokens``, which the block manager only reads. :func:`race_engine` times the
 policies fairly; :func:`solo_tokens` is the reference every request's output must equal.
 The simulator's calibration from measured steps is in :mod:`kvlib.serving.calibration`.
@@ -26,7 +26,7 @@ from kvlib import KVLibError
 from kvlib.cache.generation import generate
 from kvlib.measure.timing import clock_for, one_cpu_thread, read_clock, synchronize
 from kvlib.model.llama import TinyLlama
-from kvlib.paged.generation import decode_step, greedy, prefill
+from kvlib.paged.generation import greedy_step, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
@@ -66,7 +66,7 @@ def execute(model: TinyLlama, cache: PagedKVCache, plan: StepPlan, speculate=Non
         tokens += speculate(list(plan.decodes))
     elif plan.decodes:
         seq_ids, token_ids = [s.seq_id for s in plan.decodes], [s.tokens for s in plan.decodes]
-        tokens += greedy(decode_step(model, cache, seq_ids, token_ids, append_slots=False))
+        tokens += greedy_step(model, cache, seq_ids, token_ids, append_slots=False)
     return tokens
 
 

@@ -6,8 +6,9 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache import step_roofline
-from kvlib.cache.generation import Decoder
+from kvlib.cache.generation import Decoder, generate
 from kvlib.cache.step_roofline import StepRoofline, count_step_ops, measure_decode_step, step_work
+from kvlib.kernels.dispatch import numba_module
 from kvlib.measure.probes import Bandwidth, Compute
 from kvlib.measure.timing import Timing
 from kvlib.model.config import ModelConfig
@@ -76,7 +77,8 @@ def test_measure_uses_the_given_probes_and_counts_the_step(monkeypatch):
     # 3 prompt tokens + 4 warm-up steps fill 6 slots; the middle timed step (of 4) attends to 9 keys
     assert result.work == step_work(CONFIG, 9, batch=2)
     assert result.step_s > 0 and result.threads == 1 and result.lean
-    assert 0 < result.num_allocating_ops < result.num_ops
+    if numba_module() is not None:  # the numba kernel attends into the step's buffer: nothing allocated
+        assert result.num_allocating_ops == 0 < result.num_ops
     reference = measure_decode_step(
         model, torch.zeros(2, 3, dtype=torch.long), 4, 1, bandwidth, compute, lean=False
     )
@@ -84,14 +86,32 @@ def test_measure_uses_the_given_probes_and_counts_the_step(monkeypatch):
     assert reference.work == result.work and reference.num_ops > 1.5 * result.num_ops
 
 
-def test_lean_decode_step_dispatches_few_operators():
-    """A decode step of a 2-layer model dispatched 160 aten operators before any lean step, 121
-    through the modules (``reference_forward``: 52 per layer, 17 for the rest) and 65 by the lean
-    pass (torch 2.13: 25 per layer, 15 for the rest); a few more are allowed for other versions."""
+def test_lean_decode_step_dispatches_few_operators_and_allocates_nothing():
+    """A decode step of a 2-layer model dispatched 160 aten operators before any lean step, 133
+    through the modules (``reference_forward``: 55 per layer, 23 for the rest) and 69 by the lean
+    pass (torch 2.13: 25 per layer, 19 for the rest); a few more are allowed for other versions.
+    The lean step's operators write into buffers made by the first step of its shape (the first
+    decode step, untimed), so from the second on none allocates where the numba kernel attends;
+    through the modules 79 do."""
     model = TinyLlama(CONFIG).eval()
-    decoder = Decoder(model, torch.zeros(1, 1, dtype=torch.long), 4)
-    decoder.step()
+    decoder = Decoder(model, torch.zeros(2, 1, dtype=torch.long), 4)
+    decoder.step()  # the prefill (here one token per sequence: the decode step's shape)
     num_ops, num_allocating = count_step_ops(decoder.step)
-    assert num_ops <= 70 and num_allocating < num_ops
-    with pytest.raises(KVLibError):
-        measure_decode_step(model, torch.zeros(1, 1, dtype=torch.long), 0)
+    assert num_ops <= 75
+    if numba_module() is not None:
+        assert num_allocating == 0
+    model.lean = False
+    reference_ops, reference_allocating = count_step_ops(decoder.step)
+    assert reference_ops > 1.5 * num_ops and reference_allocating > 0  # the counter sees allocations
+
+
+def test_a_cache_that_keeps_what_it_is_handed_gets_fresh_tensors():
+    """The concatenating cache keeps the k, v it is handed (no ``reuses_buffers``): the lean pass must
+    not hand it views of buffers the next layer overwrites (its logits equal the preallocated cache's)."""
+    model = TinyLlama(CONFIG).eval()
+    prompt = torch.arange(6).view(2, 3) % CONFIG.vocab_size
+    kept = generate(model, prompt, 5, "concat")
+    written = generate(model, prompt, 5, "cache")
+    assert torch.equal(kept.tokens, written.tokens)
+    for a, b in zip(kept.step_logits, written.step_logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -100,3 +100,34 @@ def test_operands_of_another_dtype_or_device_go_to_pytorch():
     assert not numba_applies(x, w.to("meta")) and not numba_applies(x.to("meta"), w)
     with pytest.raises(RuntimeError, match="dtype"):  # PyTorch's refusal, not the loop misreading float64
         row_product(x, w, add=add.double())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("loop", [True, False], ids=["numba", "pytorch"])
+def test_out_receives_the_product_and_may_be_the_residual(threads, loop, monkeypatch):
+    """out= writes in place (the lean decode step's buffers), the residual updated in place too."""
+    if not loop:
+        monkeypatch.setattr(module, "numba_rows", lambda: None)
+    x, w, add = _operands(3, 64, 640)
+    expected_plain, expected_added = x @ w, add + x @ w
+    out = torch.full((3, 640), float("nan"))
+    with torch_threads(threads):
+        assert row_product(x, w, out=out) is out and _close(out, expected_plain)
+        assert row_product(x, w, add=add, out=out) is out and _close(out, expected_added)
+        residual = add.clone()
+        assert row_product(x, w, add=residual, out=residual) is residual
+    assert _close(residual, expected_added)
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        (torch.empty(2, 4), r"out must be \(2, 5\)"),
+        (torch.empty(5, 2).t(), "out must be a contiguous torch.float32"),
+        (torch.empty(2, 5, dtype=torch.float64), "out must be a contiguous torch.float32"),
+    ],
+)
+def test_an_out_that_cannot_hold_the_product_gets_one_line(out, message):
+    with pytest.raises(KVLibError, match=message) as error:
+        row_product(torch.ones(2, 3), torch.ones(3, 5), out=out)
+    assert "\n" not in str(error.value)

@@ -157,3 +157,32 @@ def test_a_cast_model_rebuilds_its_fused_weights():
         lean, reference = model(tokens), model.reference_forward(tokens)
     assert model.fused.num_builds == 2 and model.fused.layers[0].qkv.dtype == torch.float64
     assert lean.dtype == torch.float64 and (lean - reference).abs().max() < ATOL
+
+
+def test_a_decode_loop_reuses_one_set_of_buffers_and_only_where_the_cache_copies():
+    """The lean pass writes a shape's activations into one StepBuffers, made on the first pass of that
+    shape; a cache that keeps what it is handed (no ``reuses_buffers``) gets fresh tensors."""
+    model = _model(2)
+    decoder = Decoder(model, _tokens(2, 5), 6)
+    decoder.step()  # the prefill, (2, 5)
+    decoder.step()  # the first decode step, (2, 1)
+    buffers = model.fused.buffers(2, 1)
+    pointers = [getattr(buffers, f).data_ptr() for f in ("x", "qkv", "attn", "gate_up")]
+    decoder.step()
+    assert model.fused.buffers(2, 1) is buffers
+    assert [getattr(buffers, f).data_ptr() for f in ("x", "qkv", "attn", "gate_up")] == pointers
+    assert set(model.fused._buffers) == {(2, 5), (2, 1)}
+    assert not hasattr(ConcatKVCache, "reuses_buffers") and ContiguousKVCache.reuses_buffers
+
+
+def test_only_float32_passes_use_buffers_and_shapes_kept_are_bounded():
+    from kvlib.model.lean import MAX_BUFFER_SHAPES
+
+    model = _model(2)
+    with torch.inference_mode():
+        for seq in range(1, MAX_BUFFER_SHAPES + 3):
+            model(_tokens(1, seq))
+        assert len(model.fused._buffers) <= MAX_BUFFER_SHAPES
+        model.double()
+        model(_tokens(1, 3))
+    assert model.fused.buffers(1, 3) is None  # float64: the allocating pass

@@ -12,6 +12,7 @@ from kvlib.model.rotary import (
     rotary_cos_sin,
     rotary_inv_freq,
     rotate_signed,
+    rotate_signed_into,
 )
 
 
@@ -91,3 +92,23 @@ def test_rotate_signed_equals_apply_rotary_to_rounding():
     got = rotate_signed(x, *table.lookup_signed(positions))
     assert got.shape == want.shape and got.dtype == x.dtype
     assert (got - want).abs().max() <= 1e-6 * want.abs().max()
+
+
+def test_the_in_place_rotation_and_lookup_equal_the_allocating_ones_exactly():
+    """rotate_signed_into and lookup_signed(out=) (the lean decode step's) compute the same numbers."""
+    config = ModelConfig(max_seq_len=64)
+    table = RotaryTable(config)
+    positions = torch.tensor([[7], [30], [2]])  # (batch, 1): a decode step
+    angles = torch.full((3, 2 * config.head_dim), float("nan"))
+    cos, sin = table.lookup_signed(positions, out=angles)
+    want_cos, want_sin = table.lookup_signed(positions)
+    assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
+    assert cos.data_ptr() == angles.data_ptr()  # a view of the given buffer
+    x = torch.randn(3, 6, 1, config.head_dim, generator=torch.Generator().manual_seed(1))
+    out, rolled = torch.empty_like(x), torch.empty_like(x)
+    assert rotate_signed_into(x, cos, sin, out, rolled) is out
+    assert torch.equal(out, rotate_signed(x, cos, sin))
+    far = torch.tensor([[3], [100], [1]])  # past the table's 64 positions: the gather raises, it grows
+    far_cos, far_sin = table.lookup_signed(far, out=angles)
+    want_cos, want_sin = table.lookup_signed(far)
+    assert torch.equal(far_cos, want_cos) and torch.equal(far_sin, want_sin)
