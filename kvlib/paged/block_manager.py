@@ -261,20 +261,11 @@ class BlockManager:
             seq.block_table.append(self.pool.get_new_blocks(1)[0].block_id)
         elif self._needs_block(seq):
             self._copy_last_block(seq)
-        else:  # a private last block: one published before a truncate (and shared then) leaves the cache
-            self._unpublish(self.pool.blocks[seq.block_table[-1]])
+        else:  # private: if published before a truncate (shared then, freed since), it leaves the cache
+            self.pool.uncache(self.pool.blocks[seq.block_table[-1]])
         seq.num_tokens += 1
         seq.num_speculative += speculative
         return self.slot(seq_id, seq.num_tokens - 1)
-
-    def _unpublish(self, block) -> None:
-        """Take a block out of the prefix cache (if it is there) before its slots are written again.
-
-        Only a truncate leaves a published block partly empty at a sequence's end; if it was
-        shared then, the sharers may have freed it since, and the next append writes it in place."""
-        if block.block_hash is not None:
-            del self.pool.cached[block.block_hash]
-            block.block_hash = None
 
     def _copy_last_block(self, seq: SequenceBlocks) -> None:
         """Copy-on-write: the sequence's shared last block is replaced by a private copy."""
@@ -348,7 +339,7 @@ class BlockManager:
         del seq.block_table[keep:]
         last = self.pool.blocks[seq.block_table[-1]]
         if num_tokens % self.block_size and last.ref_cnt == 1:
-            self._unpublish(last)  # its tail slots are about to be overwritten
+            self.pool.uncache(last)  # its tail slots are about to be overwritten
         del seq.block_hashes[num_tokens // self.block_size :]
         seq.num_speculative = max(0, seq.num_speculative - (seq.num_tokens - num_tokens))
         seq.num_tokens, seq.num_computed = num_tokens, min(seq.num_computed, num_tokens)

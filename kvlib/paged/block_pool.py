@@ -168,3 +168,10 @@ class BlockPool:
         if block.block_hash is None and block_hash not in self.cached:
             block.block_hash = block_hash
             self.cached[block_hash] = block
+
+    def uncache(self, block: KVCacheBlock) -> None:
+        """Take a block out of the prefix cache (if it is there): its slots are about to be written
+        again (a truncated sequence's last block: :meth:`kvlib.paged.BlockManager.truncate`)."""
+        if block.block_hash is not None:
+            del self.cached[block.block_hash]
+            block.block_hash = None

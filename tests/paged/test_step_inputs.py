@@ -90,3 +90,15 @@ def test_the_greedy_step_picks_what_greedy_picks_from_the_logits():
         for seqs in (tokens_a, tokens_b):
             for seq_tokens, token in zip(seqs, picked, strict=True):
                 seq_tokens.append(token)
+
+
+def test_on_another_device_the_values_are_copied_into_a_buffer_there():
+    """Here the meta device (every machine has it) stands in for a GPU: a buffer on the device,
+    reused from step to step, receives the host buffer's values."""
+    inputs = StepInputs("meta")
+    first = inputs.put("slots", [1, 2, 3])
+    second = inputs.put("slots", [4, 5])
+    assert first.device.type == second.device.type == "meta" and second.shape == (2,)
+    assert inputs._host["slots"][0].tolist()[:2] == [4, 5]  # what was copied over
+    assert inputs.put_rows("tables", [[1], [2, 3]], 2).shape == (2, 2)
+    assert inputs.scratch("logits", (2, 5), torch.float32).device.type == "meta"
