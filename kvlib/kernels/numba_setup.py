@@ -31,6 +31,7 @@ import torch
 
 # kernel name ("float32", "16-bit", "merge", "rows", ...) -> seconds of its first call in this process
 _JIT_SECONDS: dict[str, float] = {}
+_POOL_STARTED: list[bool] = []  # [True] once start_numba_threads has run in this process
 KERNEL_SOURCES = (
     "numba_setup.py",
     "numba_ops.py",
@@ -87,10 +88,28 @@ def numba_threads() -> int:
 
 def use_numba_threads() -> int:
     """Set numba's thread count to :func:`numba_threads` (if it differs) and return it."""
+    start_numba_threads()
     threads = numba_threads()
     if numba.get_num_threads() != threads:
         numba.set_num_threads(threads)
     return threads
+
+
+def start_numba_threads() -> None:
+    """Start numba's thread pool, keeping torch's thread count.
+
+    numba starts its pool on its first parallel call or thread query; with its OpenMP layer, which
+    PyTorch's CPU wheels share, that sets every OpenMP user's thread count to numba's maximum,
+    torch's included. A chapter that set torch to one thread would run on all of them from its
+    first numba kernel on (and a busy core would then stall every parallel region), so the pool is
+    started here, once, and torch's count put back.
+    """
+    if _POOL_STARTED:
+        return
+    threads = torch.get_num_threads()
+    numba.get_num_threads()  # starts the pool
+    torch.set_num_threads(threads)
+    _POOL_STARTED.append(True)
 
 
 def timed_first_call(name: str, kernel, args: tuple) -> None:

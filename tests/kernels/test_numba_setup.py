@@ -59,3 +59,24 @@ def test_numba_runs_on_torchs_thread_count():
     with torch_threads(numba.config.NUMBA_NUM_THREADS):
         expected = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
         assert numba_setup.use_numba_threads() == expected == numba.get_num_threads()
+
+
+def test_starting_numbas_threads_keeps_torchs_thread_count():
+    """numba's OpenMP pool, started by its first parallel kernel, would set torch's thread count to
+    numba's maximum (chapter 1 runs on one thread); a fresh process shows that it stays."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch; torch.set_num_threads(1)\n"
+        "from kvlib.kernels.pool_decoder import PoolDecoder\n"
+        "from kvlib.kernels.dispatch import contiguous_tables\n"
+        "k, q = torch.randn(1, 64, 2, 16), torch.randn(1, 2, 1, 16)\n"
+        "PoolDecoder([k], [k]).attend(0, q, contiguous_tables(1, 1), torch.tensor([64]), 64)\n"
+        "print(torch.get_num_threads())\n"
+    )
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "1"
