@@ -80,12 +80,17 @@ build-check: $(STAMP) $(ASSETS)
 # page), sphinx-intl (pinned) merges them into locales/ja/LC_MESSAGES/<page>.po, and translators
 # fill in their msgstr lines. Run `make translations` after changing the English text: it updates
 # the catalogues and prints, per catalogue, the messages still untranslated or fuzzy.
-POT_DIR := _build/i18n/_build/gettext
+# PAGES="book/04_serving book/glossary" updates only those pages' catalogues (translators working on
+# different pages at once; give each its own I18N_OUT too).
+I18N_OUT ?= _build/i18n
+POT_DIR = $(I18N_OUT)/_build/gettext
+PAGES ?=
 translations: $(STAMP)
 	rm -rf $(POT_DIR)
 	KVBOOK_NB_EXECUTION=off $(VENV)/bin/jupyter-book build . --builder custom --custom-builder gettext \
-	  --path-output _build/i18n $(BUILD_FLAGS)
+	  --path-output $(I18N_OUT) $(BUILD_FLAGS)
 	$(PY) -m kvbook_sphinx.i18n pot $(POT_DIR)
+	$(if $(strip $(PAGES)),$(PY) -m kvbook_sphinx.i18n only $(POT_DIR) $(PAGES))
 	$(VENV)/bin/sphinx-intl update --pot-dir $(POT_DIR) --locale-dir locales --language ja --no-obsolete
 	@$(PY) -m kvbook_sphinx.i18n status ja
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import filecmp
 import html
+import json
 import os
 import shutil
 from pathlib import Path
@@ -202,7 +203,29 @@ def executed_notebooks(app: Sphinx, docname: str, source: list[str]) -> None:
             f"kvbook: {executed} is not the executed {path.name} (their cells differ): "
             f"build the English edition again first"
         )
-    source[0] = text
+    source[0] = _with_glue(text, executed.with_name(f"{executed.stem}.glue.json"))
+
+
+def _with_glue(text: str, glue_file: Path) -> str:
+    """The executed notebook ``text`` with the values its cells glued put back.
+
+    myst-nb takes every glued value out of the cells it renders and keeps them beside the copy it
+    writes, in ``<page>.glue.json``; the copy alone would give the other editions' prose nothing
+    to paste. The values go back as the hidden outputs ``glue()`` makes, on the first code cell.
+    """
+    if not glue_file.is_file():
+        return text
+    from myst_nb.ext.glue import GLUE_PREFIX
+
+    notebook = nbformat.reads(text, as_version=4)
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    if not code_cells:
+        return text
+    for output in json.loads(glue_file.read_text(encoding="utf-8")).values():
+        output = dict(output)
+        output["data"] = {GLUE_PREFIX + mime: value for mime, value in output["data"].items()}
+        code_cells[0].setdefault("outputs", []).append(nbformat.from_dict(output))
+    return nbformat.writes(notebook)
 
 
 # Every edition's folder under the English edition's root (kvbook_sphinx.i18n.EDITIONS), and the
@@ -259,8 +282,60 @@ def keep_heading_slugs(app: Sphinx, doctree) -> None:
         app.env.metadata[app.env.docname]["myst_slugs"] = slugs
 
 
+def fixed_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{fixed}`1,555 GB/s```: a published or fixed figure (a data sheet, a paper, a config, an
+    exercise's given), shown as plain text.
+
+    The role is the explicit mark that a number in the prose is not a result of this run:
+    tests/test_prose_numbers.py fails on any number of the prose that is neither pasted from the
+    notebook's outputs (``{glue:text}``) nor marked this way. It renders exactly its text.
+    """
+    from docutils import nodes
+
+    return [nodes.inline(rawtext, text, classes=["kvbook-fixed"])], []
+
+
+def _paste_text_role():
+    """myst-nb's ``{glue:text}`` role, made to work in a translated message too.
+
+    Sphinx parses each translated message (the Japanese edition's ``msgstr``) as a small document
+    of its own, which does not carry the notebook's glue data, so myst-nb's role finds no key
+    there. In such a document the role pastes from the page's own notebook the way myst-nb pastes
+    from another page: a pending reference, resolved from the glue cache myst-nb wrote while it
+    read the page. Both editions then show the same values of this run.
+    """
+    from myst_nb.ext.glue.roles import PasteTextRole
+    from myst_nb.ext.glue.utils import PendingGlueReferenceError, create_pending_glue_ref, glue_warning
+
+    class TranslatablePasteTextRole(PasteTextRole):
+        def run(self):
+            if "nb_renderer" in self.document or "::" in self.text:
+                return super().run()
+            key, _, fmt_spec = self.text.rpartition(":") if ":" in self.text else (self.text, "", "s")
+            env = self.document.settings.env
+            try:
+                ref = create_pending_glue_ref(
+                    self.document,
+                    self.source,
+                    self.line,
+                    "/" + str(env.doc2path(env.docname, False)),
+                    key,
+                    inline=True,
+                    gtype="text",
+                    fmt_spec=fmt_spec or "s",
+                )
+            except PendingGlueReferenceError as exc:
+                return [], [glue_warning(str(exc), self.document, self.line)]
+            return [ref], []
+
+    return TranslatablePasteTextRole()
+
+
 def setup(app: Sphinx) -> dict:
     """Sphinx's entry point: connect the checks, the copy and the script filter to the build."""
+    app.setup_extension("myst_nb")  # its glue domain must exist before one of its roles is replaced
+    app.add_role("fixed", fixed_role)
+    app.add_role_to_domain("glue", "text", _paste_text_role(), override=True)
     app.connect("config-inited", execution_from_environment)
     app.connect("config-inited", catalogue_per_page)
     app.connect("source-read", executed_notebooks)

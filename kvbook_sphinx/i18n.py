@@ -18,6 +18,9 @@ Command line (the Makefile's ``translations`` and ``book-ja`` targets use it)::
     python -m kvbook_sphinx.i18n pot DIR                # write DIR/_config.pot
     python -m kvbook_sphinx.i18n config LANG OUT        # write LANG's edition config to OUT
     python -m kvbook_sphinx.i18n status LANG            # untranslated and fuzzy messages per catalogue
+    python -m kvbook_sphinx.i18n only DIR PAGE...       # keep only these pages' .pot files in DIR
+    python -m kvbook_sphinx.i18n todo LANG PAGE         # PAGE's messages left to translate
+    python -m kvbook_sphinx.i18n apply LANG PAGE FILE   # write FILE's translations (JSON) into PAGE's .po
 """
 
 from __future__ import annotations
@@ -173,6 +176,8 @@ _CODE = re.compile(r"(\{[\w:+-]+\})?(`+)(.+?)\2")  # {role}`content` or `code`
 _MATH = re.compile(r"\$\$.+?\$\$|\$[^$\s](?:[^$]*[^$\s])?\$", re.DOTALL)
 _LINK = re.compile(r"\]\(([^)\s]+)\)|<(https?://[^>]+)>|(https?://[^\s)>]+)")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# a glued key's Japanese twin (verdict_ja for verdict, with or without a format after the colon)
+_JAPANESE_TWIN = re.compile(r"^([^:]+?)_ja(?=:|$)")
 # roles whose text a translator may translate (the glossary answers to the Japanese term too)
 TRANSLATABLE_ROLES = {"{term}"}
 
@@ -185,6 +190,9 @@ def _keep(text: str) -> tuple[Counter, str]:
         role, content = match.group(1), match.group(3)
         if role in TRANSLATABLE_ROLES:
             kept[role] += 1
+        elif role == "{glue:text}":
+            # a verdict in words is glued in both languages (kvlib.glue): key_ja stands for key
+            kept[f"{role}`{_JAPANESE_TWIN.sub(lambda m: m.group(1), content)}`"] += 1
         elif role:
             target = re.search(r"<([^<>]+)>\s*$", content)  # {ref}`text <target>`: the text may change
             kept[f"{role}`{target.group(1) if target else content}`"] += 1
@@ -216,6 +224,62 @@ def message_problems(msgid: str, msgstr: str) -> list[str]:
     return problems
 
 
+def keep_only(pot_dir: Path, pages: list[str]) -> list[str]:
+    """Delete every ``.pot`` under ``pot_dir`` but those of ``pages`` (``book/04_serving``, with or
+    without a suffix), so that ``sphinx-intl update`` touches only their catalogues. Returns the
+    pages kept; a page without a .pot is an error."""
+    wanted = {str(Path(page).with_suffix("")) for page in pages}
+    present = {pot.relative_to(pot_dir).with_suffix("").as_posix(): pot for pot in pot_dir.rglob("*.pot")}
+    missing = sorted(wanted - present.keys())
+    if missing:
+        raise SystemExit(f"kvbook: no messages extracted for {', '.join(missing)} (a page of _toc.yml?)")
+    for name, pot in present.items():
+        if name not in wanted:
+            pot.unlink()
+    return sorted(wanted)
+
+
+def todo_report(language: str, page: str, root: Path = ROOT) -> str:
+    """The messages of ``page``'s catalogue left to translate: each untranslated or fuzzy one
+    with its English and, for a fuzzy one, the translation of its older English."""
+    path = catalogue_dir(language, root) / f"{Path(page).with_suffix('')}.po"
+    if not path.is_file():
+        raise SystemExit(f"kvbook: no catalogue {path.relative_to(root)}: run `make translations`")
+    lines = []
+    for message in read_catalogue(path, language):
+        if message.id and (not message.string or message.fuzzy):
+            lines.append(f"=== {'fuzzy' if message.fuzzy and message.string else 'new'}")
+            lines.append(f"msgid: {message.id}")
+            if message.string:
+                lines.append(f"older: {message.string}")
+    return "\n".join(lines) or f"{path.relative_to(root)}: every message is translated"
+
+
+def apply_translations(language: str, page: str, translations: dict[str, str], root: Path = ROOT) -> int:
+    """Write ``translations`` (English message -> translation) into ``page``'s catalogue and clear
+    their fuzzy marks. Refuses, before writing anything, a message the catalogue does not hold
+    and a translation that loses what must stay (:func:`message_problems`). Returns the count."""
+    path = catalogue_dir(language, root) / f"{Path(page).with_suffix('')}.po"
+    catalogue = read_catalogue(path, language)
+    problems = []
+    for msgid, msgstr in translations.items():
+        message = catalogue.get(msgid)
+        if message is None:
+            problems.append(f"not a message of {path.name}: {msgid[:70]!r}")
+        elif message_problems(msgid, msgstr):
+            problems.append(f"{msgid[:50]!r}: {message_problems(msgid, msgstr)}")
+    if problems:
+        raise SystemExit("kvbook: nothing written:\n  " + "\n  ".join(problems))
+    for msgid, msgstr in translations.items():
+        message = catalogue.get(msgid)
+        message.string = msgstr
+        message.flags.discard("fuzzy")
+        message.previous_id = []
+    with path.open("wb") as out:
+        write_po(out, catalogue)  # as sphinx-intl writes it (76 columns), so that updates diff cleanly
+    return len(translations)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (see the module's docstring)."""
     parser = argparse.ArgumentParser(prog="python -m kvbook_sphinx.i18n", description=__doc__.split("\n")[0])
@@ -225,11 +289,31 @@ def main(argv: list[str] | None = None) -> int:
     config = commands.add_parser("config", help="write the configuration of LANG's edition to OUT")
     config.add_argument("language")
     config.add_argument("out", type=Path)
+    only = commands.add_parser("only", help="keep only these pages' .pot files in DIR (PAGES=...)")
+    only.add_argument("dir", type=Path)
+    only.add_argument("pages", nargs="+")
+    todo = commands.add_parser("todo", help="PAGE's untranslated and fuzzy messages, with older translations")
+    todo.add_argument("language")
+    todo.add_argument("page")
+    apply = commands.add_parser("apply", help="write translations (a JSON object: English -> translation)")
+    apply.add_argument("language")
+    apply.add_argument("page")
+    apply.add_argument("json", type=Path)
     status = commands.add_parser("status", help="untranslated and fuzzy messages per catalogue")
     status.add_argument("language")
     args = parser.parse_args(argv)
     if args.command == "pot":
         print(f"wrote {write_config_pot(args.dir)}")
+    elif args.command == "todo":
+        print(todo_report(args.language, args.page))
+    elif args.command == "apply":
+        import json
+
+        translations = json.loads(args.json.read_text(encoding="utf-8"))
+        print(f"wrote {apply_translations(args.language, args.page, translations)} translations")
+    elif args.command == "only":
+        kept = keep_only(args.dir, args.pages)
+        print(f"updating the catalogues of {', '.join(kept)} only")
     elif args.command == "config":
         edition_config(args.language, args.out)
         print(f"wrote {args.out} (language: {args.language})")

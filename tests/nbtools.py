@@ -147,6 +147,13 @@ ASSERTION_TAG = re.compile(r"\[(exact|guaranteed|sanity)\]\s*(.*)")
 MIN_ARGUMENT_WORDS = {"exact": 0, "guaranteed": 6, "sanity": 3}
 
 
+# An [exact] claim is arithmetic or a deterministic output, checked as such: an argument that needs a
+# tolerance (sampling error, noise, "within 3 points") makes it a [sanity] bound or a regression check.
+TOLERANCE_WORDS = re.compile(
+    r"\b(?:tolerances?|within|sigmas?|standard errors?|margins?|noise|noisy)\b|σ|±", re.IGNORECASE
+)
+
+
 def _tag_problem(comment: str) -> str | None:
     """None when ``comment`` carries a tag with enough words after it, else what is missing."""
     match = ASSERTION_TAG.search(comment)
@@ -155,6 +162,12 @@ def _tag_problem(comment: str) -> str | None:
     kind, argument = match.group(1), match.group(2)
     if len(argument.split()) < MIN_ARGUMENT_WORDS[kind]:
         return f"is tagged [{kind}] without its argument (at least {MIN_ARGUMENT_WORDS[kind]} words)"
+    tolerance = TOLERANCE_WORDS.search(argument) if kind == "exact" else None
+    if tolerance:
+        return (
+            f"is tagged [exact] but its argument names a tolerance ({tolerance.group(0)!r}): "
+            "an exact claim needs none; tag it [sanity] (say what it catches) or check the exact value"
+        )
     return None
 
 
@@ -208,7 +221,9 @@ def execute(path: Path, timeout: int = 600) -> None:
 
 def from_py(script: Path, notebook: Path) -> None:
     """Percent-format script (``# %%`` code, ``# %% [markdown]`` prose) to an unexecuted notebook."""
-    cells, kind, lines = [], None, []
+    import json
+
+    cells, kind, lines, tags = [], None, [], []
 
     def flush():
         text = "\n".join(lines).strip("\n")
@@ -217,11 +232,17 @@ def from_py(script: Path, notebook: Path) -> None:
             cells.append(nbformat.v4.new_markdown_cell(text))
         elif kind == "code" and text.strip():
             cells.append(nbformat.v4.new_code_cell(text))
+        else:
+            return
+        if tags:
+            cells[-1].metadata["tags"] = tags
 
     for line in script.read_text(encoding="utf-8").splitlines():
         if line.startswith("# %%"):
             flush()
             kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+            marked = re.search(r"tags=(\[.*\])", line)
+            tags = json.loads(marked.group(1)) if marked else []
         elif kind is not None:
             lines.append(line)
     flush()
@@ -232,16 +253,21 @@ def from_py(script: Path, notebook: Path) -> None:
 
 
 def to_py(notebook: Path, script: Path) -> None:
-    """Notebook to a percent-format script, for editing in a text editor."""
+    """Notebook to a percent-format script, for editing in a text editor (cell tags on the markers)."""
+    import json
+
     nb = nbformat.read(notebook, as_version=4)
     parts = []
     for cell in nb.cells:
+        tags = cell.metadata.get("tags")
+        marker = f" tags={json.dumps(tags)}" if tags else ""  # kept by from-py (remove-cell, ...)
         if cell.cell_type == "markdown":
             parts.append(
-                "# %% [markdown]\n" + "\n".join(("# " + line).rstrip() for line in cell.source.splitlines())
+                f"# %% [markdown]{marker}\n"
+                + "\n".join(("# " + line).rstrip() for line in cell.source.splitlines())
             )
         elif cell.cell_type == "code":
-            parts.append("# %%\n" + cell.source)
+            parts.append(f"# %%{marker}\n" + cell.source)
     script.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
 
 

@@ -117,6 +117,7 @@ def test_checker_catches_machine_paths(tmp_path, text):
         "# [guaranteed] reading 4x the bytes from DRAM takes 4x the time, give or take noise\n"
         "assert 2 < r < 8",
         "# [sanity] catches a probe that returns zero\n# (second line of the comment)\nassert r > 0",
+        "# [sanity] a seeded draw within three standard errors of the paper's mean\nassert e < 0.03",
         "for i in range(3):\n    # [exact] one per step\n    assert i < 3",
         "%time x = 1\n# [exact] a magic line is skipped\nassert x == 1",
         "y = 1\n\nprint('no assertion here')",
@@ -136,6 +137,9 @@ def test_classified_assertions_pass(source):
         ("# [exact] covers the first only\nassert a == 1\nassert b == 2", "line 3"),
         ("# [exact] a blank line breaks the block\n\nassert a == 1", "has no"),
         ("if ok:\n    assert (\n        a == 1\n    )", "line 2"),
+        ("# [exact] the mean is within 3% of the paper's (three sigma)\nassert e < 0.03", "tolerance"),
+        ("# [exact] holds up to noise\nassert r > 1", "names a tolerance ('noise')"),
+        ("assert abs(r - 2) < 0.1  # [exact] 2, give or take a margin", "tolerance"),
     ],
 )
 def test_unclassified_assertions_are_caught(source, problem):

@@ -211,6 +211,12 @@ def _jupyter_book(*args, **env) -> subprocess.CompletedProcess:
     )
 
 
+GLUED_ENGLISH = (
+    "The ratio is {glue:text}`ratio:.2f` and the claim {glue:text}`verdict`; paper: {fixed}`7.5x`."
+)
+GLUED_JAPANESE = "比は{glue:text}`ratio:.2f`で、主張は{glue:text}`verdict_ja`。論文では{fixed}`7.5x`。"
+
+
 @pytest.fixture(scope="module")
 def tiny_editions(tmp_path_factory):
     """A tiny book built as `make book` builds it: English (executing), then Japanese from the
@@ -228,12 +234,20 @@ def tiny_editions(tmp_path_factory):
         cells=[
             nbformat.v4.new_markdown_cell("# Page\n\nThe answer is below."),
             nbformat.v4.new_code_cell("print(6 * 7)"),
+            # a value of this run pasted into the prose, and a fixed figure marked as such
+            nbformat.v4.new_code_cell(
+                "from kvlib.glue import glue\n\nglue(ratio=1.23456, verdict='holds', verdict_ja='成立')"
+            ),
+            nbformat.v4.new_markdown_cell(GLUED_ENGLISH),
         ]
     )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, book / "page.ipynb")  # no outputs: only an execution can show 42
     catalogues = i18n.catalogue_dir(LANGUAGE, book)
-    _write_po(catalogues / "page.po", {"Page": "ページ", "The answer is below.": "答えは下にあります。"})
+    _write_po(
+        catalogues / "page.po",
+        {"Page": "ページ", "The answer is below.": "答えは下にあります。", GLUED_ENGLISH: GLUED_JAPANESE},
+    )
     _write_po(catalogues / "intro.po", {"Intro": "はじめに", "A tiny book.": "小さな本です。"})
     _write_po(catalogues / f"{i18n.CONFIG_CATALOGUE}.po", {"A tiny book": "小さな本"})
 
@@ -287,3 +301,15 @@ def test_each_edition_links_the_same_page_in_the_other(tiny_editions):
     assert '<html lang="en"' in en_page
     assert 'href="ja/page.html" hreflang="ja" lang="ja">日本語</a>' in en_page
     assert 'href="../page.html" hreflang="en" lang="en">English</a>' in ja_page
+
+
+@pytest.mark.slow
+def test_both_editions_paste_this_runs_values_and_show_fixed_figures(tiny_editions):
+    english, japanese = tiny_editions
+    en_page = (english / "page.html").read_text(encoding="utf-8")
+    ja_page = (japanese / "page.html").read_text(encoding="utf-8")
+    assert 'The ratio is <span class="pasted-text">1.23</span> and the claim' in en_page
+    assert ">holds<" in en_page and "7.5x" in en_page
+    # the translated message pastes from the same notebook (a pending reference, kvbook_sphinx)
+    assert "比は" in ja_page and "1.23" in ja_page and "成立" in ja_page and "7.5x" in ja_page
+    assert "{glue" not in ja_page and "{fixed" not in ja_page

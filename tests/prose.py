@@ -1,0 +1,186 @@
+"""The rule that keeps the book's prose from drifting from its outputs.
+
+Every number the prose states about a run's results is pasted from the notebook that computed it,
+``{glue:text}`key:.2f```; a published or fixed figure (a paper's table, a data sheet, a model's
+config, a parameter of the experiment, an exercise's givens) is marked ``{fixed}`1,555 GB/s```
+and its sentence names its source. :func:`typed_numbers` finds every other number in a piece of
+MyST prose: tests/test_prose_numbers.py fails on any, in every page of both editions.
+
+What is not prose, and so not read: code (inline and fenced), roles with their content (glue,
+fixed, cite, doc, ref, term, ...), link targets and URLs, HTML, directive names and options.
+Structural references are not results: "chapter 4", "Exercise 4.6", the paper's "Figure 13a",
+"Section 6.1". Neither are digits inside a name (A100, OPT-13B, GQA-4, fp16, 8B, 16-bit, L2, a GPU's
+"A100 40 GB").
+Math is formulas: an integer in it is a constant of the formula or arithmetic on fixed figures,
+but a decimal in math is refused (a measured or simulated value cannot be pasted into math:
+write it in the prose, glued).
+"""
+
+from __future__ import annotations
+
+import re
+
+# fenced code and literal blocks (``` with a language or a code-like directive); ```{glossary},
+# ```{note} and the other prose directives keep their content
+_CODE_FENCE = re.compile(
+    r"^(?P<fence>`{3,}|~{3,})[ \t]*"
+    r"(?:\{(?:literalinclude|code-cell|code-block|code|math|raw|image|figure)\}[^\n]*"
+    r"|[A-Za-z0-9_+-]*[ \t]*)\n"
+    r".*?^(?P=fence)[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+_FENCE_LINE = re.compile(
+    r"^[ \t]*(?:`{3,}|:{3,}|~{3,}).*$", re.MULTILINE
+)  # ```{note} / ::: openers and closers
+_OPTION_LINE = re.compile(r"^[ \t]*:[\w-]+:.*$", re.MULTILINE)  # :class: tip, :pyobject: f
+_ROLE = re.compile(r"\{[\w:+-]+\}(`+)(?P<content>.+?)\1", re.DOTALL)
+_CODE = re.compile(r"(`+)(?P<content>.+?)\1", re.DOTALL)
+_DISPLAY_MATH = re.compile(r"\$\$(?P<content>.+?)\$\$", re.DOTALL)
+_INLINE_MATH = re.compile(r"\$(?P<content>[^$\n]+?)\$")
+_LINK_TARGET = re.compile(
+    r"\]\([^)]*\)|\]\[[^\]]*\]|^\[[^\]]+\]:.*$|<https?://[^>]+>|https?://\S+", re.MULTILINE
+)
+_HTML = re.compile(r"<!--.*?-->|</?[A-Za-z][^>]*>", re.DOTALL)
+_LABEL = re.compile(r"^\([\w-]+\)=\s*$", re.MULTILINE)  # (my-label)=
+# references to a part of this book or of a cited work
+_STRUCTURE = re.compile(
+    r"\b(?:[Cc]hapters?|[Ee]xercises?|[Ss]ections?|[Ff]igures?|[Tt]ables?|[Aa]lgorithms?|[Aa]ppendix|"
+    r"[Ee]quations?|Eq\.|[Ll]istings?|[Pp]arts?)\s+\d+(?:\.\d+)*[a-z]?(?:\s*(?:[-–,]|and|or|to)\s*\d+(?:\.\d+)*[a-z]?)*"
+    r"|第?\s*\d+(?:\s*[-–、,]\s*\d+)*\s*章|演習\s*\d+\.\d+(?:\s*[-–、]\s*\d+\.\d+)*|[図表]\s*\d+[a-z]?"
+    r"|節\s*\d+(?:\.\d+)*|\d+(?:\.\d+)*\s*節"
+)
+# a GPU's product name carries its memory: "A100 40 GB", "H100 80GB"
+_PRODUCT = re.compile(r"\b(?:[AHBLV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|RTX \d{4})(?: (?:SXM|PCIe|NVL))? ?\d+ ?GB\b")
+# a number: digits with separators, not part of a name (a letter or "letter-" before it, a letter after)
+_NUMBER = re.compile(
+    r"(?<![A-Za-z0-9_.])(?<![A-Za-z]-)\d+(?:[.,]\d+)*(?:-bit\b)?(?![.,]?\d)(?![A-Za-wyzA-Z_])"
+)
+_DECIMAL = re.compile(r"(?<![\w.{])\d*\.\d+")
+
+
+def _blank(pattern: re.Pattern, text: str) -> str:
+    """``text`` with every match of ``pattern`` replaced by spaces (line breaks kept)."""
+    return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def prose_only(markdown: str) -> str:
+    """``markdown`` with everything that is not prose blanked out: code, roles, links, HTML,
+    directive lines and math (see the module's docstring)."""
+    text = _blank(_CODE_FENCE, markdown)
+    for pattern in (
+        _FENCE_LINE,
+        _OPTION_LINE,
+        _DISPLAY_MATH,
+        _ROLE,
+        _CODE,
+        _INLINE_MATH,
+        _LINK_TARGET,
+        _HTML,
+    ):
+        text = _blank(pattern, text)
+    for pattern in (_LABEL, _STRUCTURE, _PRODUCT):
+        text = _blank(pattern, text)
+    return text
+
+
+def _math_decimals(markdown: str) -> list[str]:
+    text = _blank(_CODE_FENCE, markdown)
+    for pattern in (_FENCE_LINE, _ROLE, _CODE):
+        text = _blank(pattern, text)
+    found = []
+    for pattern in (_DISPLAY_MATH, _INLINE_MATH):
+        for match in pattern.finditer(text):
+            found += [
+                f"${match.group('content').strip()}$: {d}" for d in _DECIMAL.findall(match.group("content"))
+            ]
+        text = _blank(pattern, text)
+    return found
+
+
+def typed_numbers(markdown: str) -> list[str]:
+    """Each number of ``markdown``'s prose that is neither glued nor marked ``{fixed}``, with the
+    words around it (and each decimal written in math)."""
+    text = prose_only(markdown)
+    found = []
+    for match in _NUMBER.finditer(text):
+        if match.group(0).endswith("-bit"):
+            continue
+        start, end = max(0, match.start() - 30), match.end() + 30
+        context = re.sub(r"\s+", " ", text[start:end]).strip()
+        found.append(f"{match.group(0)!r} in '...{context}...'")
+    return found + [f"decimal in math {item}" for item in _math_decimals(markdown)]
+
+
+_GLUE = re.compile(r"\{glue(?::(?:text|md|any))?\}`(?P<content>[^`]+)`")
+
+
+def pasted_keys(markdown: str) -> list[tuple[str, str]]:
+    """The ``(document, key)`` pairs ``markdown`` pastes with glue roles: document is "" for the
+    page's own notebook, else the path before ``::``."""
+    keys = []
+    for match in _GLUE.finditer(markdown):
+        content = match.group("content")
+        document, _, rest = content.rpartition("::")
+        key = rest.split(":", 1)[0] if ":" in rest else rest
+        keys.append((document, key.strip()))
+    return keys
+
+
+# English number words, and the digits a translation writes for them ("three tools" -> "3 つの道具")
+NUMBER_WORDS = {
+    **{
+        w: n
+        for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())
+    },
+    **{
+        w: n
+        for n, w in enumerate("_ first second third fourth fifth sixth seventh eighth ninth tenth".split())
+        if n
+    },
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "hundred": 100,
+    "thousand": 1000,
+    "million": 100,
+    "once": 1,
+    "twice": 2,
+    "thrice": 3,
+    "both": 2,
+    "double": 2,
+    "half": 2,
+    "halves": 2,
+    "thirds": 3,
+    "quarter": 4,
+    "quarters": 4,
+    "dozen": 12,
+    "single": 1,
+    "hundredfold": 100,
+    "tenfold": 10,
+    "fourfold": 4,
+    "threefold": 3,
+    "twofold": 2,
+}
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def added_numbers(english: str, translation: str) -> list[str]:
+    """The numbers a translation's prose writes that its English does not: each digit of the
+    translation must stand for a number word of the English ("three" -> 3) or a number the English
+    prose has too. A translation cannot type a result its English pastes. The digit 1 is always
+    allowed (a translation writes "1 つの" for an English "a")."""
+    from collections import Counter
+
+    words = [w.lower() for w in _WORD.findall(prose_only(english))]
+    words = [w if w in NUMBER_WORDS else w.removesuffix("fold") for w in words]  # "sixfold" -> six
+    allowed = Counter(str(NUMBER_WORDS[w]) for w in words if w in NUMBER_WORDS)
+    allowed.update(m.group(0).removesuffix("-bit") for m in _NUMBER.finditer(prose_only(english)))
+    found = Counter(m.group(0) for m in _NUMBER.finditer(prose_only(translation))) - allowed
+    found.pop("1", None)
+    return sorted(found.elements()) + [f"decimal in math {d}" for d in _math_decimals(translation)]
