@@ -56,12 +56,18 @@ class CacheInfo:
     source: str  # where llc_bytes came from: sysfs, sysctl, the GPU, KVBOOK_LLC_BYTES or the fallback
 
     @property
-    def largest_instance_bytes(self) -> int | None:
-        """One instance of the largest reported data cache: what a single core's reads can fill
-        (None when nothing was reported). Unlike ``llc_bytes`` it ignores the override: it is
-        the real cache, which chapter 0 reads from to show the difference."""
-        data = [c for c in self.levels if c.kind != "Instruction"]
-        return max(c.size_bytes for c in data) if data else None
+    def private_cache_bytes(self) -> int | None:
+        """One instance of the largest data cache below the last level: a cache one core (or a
+        small cluster of cores) keeps to itself, which chapter 0 reads from to show how much
+        faster than DRAM a cache streams (None when nothing was reported; the only level when
+        just one is). Not the last level: other cores, and on a cloud machine other tenants,
+        share it and can evict what one core keeps there. Unlike ``llc_bytes`` it ignores the
+        override: it is the real cache."""
+        data = sorted((c for c in self.levels if c.kind != "Instruction"), key=lambda c: c.level)
+        if not data:
+            return None
+        below_last = [c for c in data if c.level < data[-1].level]
+        return max(c.size_bytes for c in below_last or data)
 
     def describe(self) -> str:
         """One line for the banner: the LLC, where it came from, then every level's size and count."""

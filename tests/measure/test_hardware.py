@@ -56,6 +56,23 @@ def test_sysfs_counts_each_shared_cache_once_and_sums_instances(tmp_path):
     assert levels[(3, "Unified")].num_instances == 2 and levels[(3, "Unified")].total_bytes == 64 << 20
 
 
+def test_the_private_cache_is_the_largest_level_below_the_shared_last_level():
+    def info(*levels):
+        return hardware.CacheInfo(tuple(hardware.CacheLevel(*level) for level in levels), 1, "test")
+
+    xeon = info(
+        (1, "Data", 48 << 10, 2),
+        (1, "Instruction", 64 << 10, 2),
+        (2, "Unified", 2 << 20, 2),
+        (3, "Unified", 480 << 20, 1),
+    )
+    assert xeon.private_cache_bytes == 2 << 20  # the core's own L2, not the 480 MiB L3 the tenants share
+    apple = info((1, "Data", 128 << 10, 1), (2, "Unified", 16 << 20, 1))
+    assert apple.private_cache_bytes == 128 << 10
+    assert info((2, "Unified", 40 << 20, 1)).private_cache_bytes == 40 << 20  # a GPU: only its L2
+    assert info().private_cache_bytes is None
+
+
 def test_cache_info_reads_sysfs_and_the_override_replaces_it(monkeypatch, tmp_path):
     _fake_sysfs(tmp_path, [[(2, "Unified", "2048K", "0"), (3, "Unified", "491520K", "0")]])  # a 480 MiB Xeon
     monkeypatch.setattr(hardware, "SYSFS_CPU_ROOT", str(tmp_path))
