@@ -114,8 +114,8 @@ def test_the_state_of_every_schedulable_sequence_is_set_aside():
     )
     assert lv.variant_kv_budget(hybrid, max_num_seqs=0).num_blocks > budget.num_blocks
     assert (
-        lv.variant_step_model(hybrid).per_seq_s
-        > lv.variant_step_model(replace(hybrid, state_bytes=0)).per_seq_s
+        lv.variant_step_model(hybrid).per_seq_memory_s
+        > lv.variant_step_model(replace(hybrid, state_bytes=0)).per_seq_memory_s
     )
     with pytest.raises(KVLibError, match="no room"):
         lv.variant_kv_budget(lv.base_variant("Llama-2-70B"))

@@ -194,7 +194,8 @@ def prefill_seconds(
     model: str, prompt_len: int, gpu: GPU | str = "H100", tensor_parallel_size: int = 1
 ) -> float:
     """Seconds of one prompt's prefill on a TP group, from :func:`~kvlib.serving.gpu_model.roofline_step`:
-    the weights read once plus ``2 x parameters x prompt_len`` FLOPs at peak, split over the group.
+    the larger of one read of the weights and ``2 x parameters x prompt_len`` FLOPs at peak, split
+    over the group.
 
     Attention's own FLOPs (which grow with the prompt's square) are left out: under 3 % of a
     Llama-3-70B's at 2,048 tokens. Peak FLOP/s makes this optimistic, so the transfer's share
@@ -204,7 +205,7 @@ def prefill_seconds(
     prompt_len = require_count(prompt_len, "prompt_len")
     tp = require_count(tensor_parallel_size, "tensor_parallel_size")
     step = roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=_gpu(gpu), name=entry.name)
-    return (step.fixed_s + step.per_seq_s + step.per_prefill_s * prompt_len) / tp
+    return float(step.predict(1, 0, prompt_len)) / tp
 
 
 def pd_transfer(
@@ -303,8 +304,8 @@ def pd_gpu_ratio(
     """The prefill-to-decode split a disaggregated deployment needs (ShareGPT-like means by default).
 
     Prefill: vLLM packs prompts into passes of up to ``prefill_tokens_per_pass`` tokens
-    (``--max-num-batched-tokens``), so each prompt token costs ``2 x parameters`` FLOPs plus its
-    share of one weight read; a GPU-second buys the same whatever the TP size (ideal scaling).
+    (``--max-num-batched-tokens``), so each prompt token costs its share of a full pass (compute-
+    bound: ``2 x parameters`` FLOPs a token); a GPU-second buys the same whatever the TP size.
     Decode: a step on the group reads the weights once, each sequence's context
     (``prompt + output / 2`` tokens on average) and computes each sequence's token
     (:func:`~kvlib.serving.gpu_model.roofline_step`, split over the group); the batch is the
@@ -321,7 +322,7 @@ def pd_gpu_ratio(
     max_num_seqs, tp = require_count(max_num_seqs, "max_num_seqs"), decode_tensor_parallel_size
     layout = gpu_layout(model, tp, 1, gpu)  # checks the TP size as vLLM does
     step = roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=gpu, name=entry.name)
-    prefill_gpu_s = prompt * (step.per_prefill_s + step.fixed_s / per_pass) + step.per_seq_s
+    prefill_gpu_s = prompt * float(step.predict(1, 0, per_pass)) / per_pass  # a prompt's share of full passes
     context = prompt + output / 2
 
     def step_s(batch: int) -> float:
@@ -332,7 +333,7 @@ def pd_gpu_ratio(
             f"{model} on {tp} x {gpu.name}: one sequence's step ({step_s(1):.4f} s) misses tpot_s"
         )
     limits = {
-        "TPOT": int((tpot_s * tp - step.fixed_s) / (step.per_seq_s + step.per_context_s * context)),
+        "TPOT": step.largest_batch_within(tpot_s * tp, context),
         "memory": int(layout.kv_tokens // context),
         "max_num_seqs": max_num_seqs,
     }

@@ -71,16 +71,17 @@ def roofline_step(
     state_bytes: int = 0,
     gpu: GPU = A100_40GB,
     name: str = "a model",
+    overlapped: bool = True,
 ) -> StepTimeModel:
-    """An ideal step on ``gpu`` from its data sheet, not a measurement: memory time plus compute time
-    (chapters 4 and 5 use this one model).
+    """An ideal step on ``gpu`` from its data sheet, not a measurement: the larger of its memory
+    time and its compute time, as on a roofline (the book's one GPU step model, chapters 4, 5, 8).
 
     A decode step reads every fp16 weight once (fixed) and each cached token's K/V once (per
-    context token); every sequence computes 2 x parameters FLOPs for its token at peak speed
-    and reads and writes its fixed state, if it has one (per sequence: a Mamba layer's state,
-    chapter 5); prefill computes 2 x parameters FLOPs per prompt token. Adding the memory time
-    and the compute time instead of taking the larger (the GPU overlaps them) makes this a
-    pessimistic estimate, by at most a factor of 2; data-sheet peaks make it an optimistic one.
+    context token), and reads and writes each sequence's fixed state, if it has one (a Mamba
+    layer's state, chapter 5); every sequence computes 2 x parameters FLOPs for its token at
+    peak speed, and prefill 2 x parameters FLOPs per prompt token. A GPU overlaps the two, so a
+    step takes the larger; data-sheet peaks make it an optimistic estimate. ``overlapped=False``
+    adds them instead (at most 2x slower): chapter 8 shows why that misleads about chunked prefill.
     """
     for key, value, low in (
         ("num_parameters", num_parameters, 1),
@@ -91,15 +92,21 @@ def roofline_step(
     flops_per_token = 2 * num_parameters / gpu.fp16_flops
     return StepTimeModel(
         fixed_s=weight_bytes(num_parameters, "fp16") / gpu.bandwidth,
-        per_seq_s=flops_per_token + 2 * state_bytes / gpu.bandwidth,
+        per_seq_s=flops_per_token,
         per_context_s=bytes_per_token / gpu.bandwidth,
         per_prefill_s=flops_per_token,
-        source=f"{name} on an {gpu.name}, roofline",
+        source=f"{name} on an {gpu.name}, roofline" + ("" if overlapped else " (memory + compute)"),
+        overlapped=overlapped,
+        per_seq_memory_s=2 * state_bytes / gpu.bandwidth,
     )
 
 
-def roofline_step_model(model: str = "OPT-13B", gpu: GPU = A100_40GB) -> StepTimeModel:
+def roofline_step_model(
+    model: str = "OPT-13B", gpu: GPU = A100_40GB, overlapped: bool = True
+) -> StepTimeModel:
     """:func:`roofline_step` of a catalog model with its fp16 cache (chapter 4: OPT-13B on the
     paper's A100)."""
     entry = catalog_entry(model)
-    return roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=gpu, name=model)
+    return roofline_step(
+        entry.num_parameters, bytes_per_token(entry.spec), gpu=gpu, name=model, overlapped=overlapped
+    )

@@ -4,19 +4,22 @@ Every step of a real engine runs one forward pass over the sequences the schedul
 picked. :class:`StepTimeModel` predicts its duration from what it computes,
 
     t_step = fixed_s + per_seq_s x sequences + per_context_s x context tokens read
-             + per_prefill_s x prompt tokens prefilled.
+             + per_prefill_s x prompt tokens prefilled,
 
-The simulator (:func:`kvlib.serving.simulator.simulate`) uses it as its clock.
-:func:`fit_step_time` fits the constants to measured steps of :mod:`kvlib.model`
-(:func:`kvlib.serving.calibration.calibrate` measures them);
-:func:`kvlib.serving.gpu_model.roofline_step` derives them from a GPU's data sheet instead.
-Chapter 8's ``overlapped`` model takes the larger of the memory part (the first and third
-terms) and the compute part (the others) instead of their sum: a memory-bound decode step
-then absorbs prompt tokens for free, which chunked prefill exploits.
+the sum of its parts: what a CPU step does, one operation after another. The simulator
+(:func:`kvlib.serving.simulator.simulate`) uses it as its clock. :func:`fit_step_time` fits the
+constants to measured steps of :mod:`kvlib.model` (:func:`kvlib.serving.calibration.calibrate`
+measures them). A GPU overlaps reading memory with computing, so
+:func:`kvlib.serving.gpu_model.roofline_step` derives an ``overlapped`` model from a data sheet:
+a step takes the larger of its memory part (the weights, the cached tokens, each sequence's fixed
+state) and its compute part (each sequence's and each prompt token's arithmetic), as on a
+roofline. A memory-bound decode step then absorbs prompt tokens for free, which chunked prefill
+exploits (chapter 8).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,45 +41,52 @@ class StepTimeModel:
     per_context_s: float  # seconds per cached token a decoding sequence reads
     per_prefill_s: float  # seconds per prompt token prefilled
     source: str = ""  # where the constants come from (a calibration, a data sheet)
-    # chapter 8: a step takes the larger of its memory part (fixed_s, per_context_s) and its compute
-    # part (per_seq_s, per_prefill_s), as on a roofline, instead of their sum (the default)
+    # a step takes the larger of its memory part (fixed_s, per_context_s, per_seq_memory_s) and its
+    # compute part (per_seq_s, per_prefill_s), as on a roofline (a GPU), instead of their sum (a CPU)
     overlapped: bool = False
+    per_seq_memory_s: float = 0.0  # seconds per sequence of memory traffic (a fixed state read and written)
 
     def __post_init__(self):
         # a negative or NaN constant gives negative or NaN step times, and throughput of the same sign
-        for term in TERMS:
+        for term in (*TERMS, "per_seq_memory_s"):
             require_real(getattr(self, term), f"StepTimeModel.{term} (seconds)")
         if not isinstance(self.overlapped, bool):
             raise KVLibError(f"StepTimeModel.overlapped must be True or False, not {self.overlapped!r}")
 
     def predict(self, num_seqs, num_context_tokens, num_prefill_tokens):
         """Seconds of steps with these counts (numbers or arrays of one shape: one step each)."""
-        if self.overlapped:
-            memory = self.fixed_s + self.per_context_s * np.asarray(num_context_tokens)
-            compute = self.per_seq_s * np.asarray(num_seqs) + self.per_prefill_s * np.asarray(
-                num_prefill_tokens
-            )
-            return np.maximum(memory, compute)
-        return (
+        num_seqs = np.asarray(num_seqs)
+        memory = (
             self.fixed_s
-            + self.per_seq_s * np.asarray(num_seqs)
             + self.per_context_s * np.asarray(num_context_tokens)
-            + self.per_prefill_s * np.asarray(num_prefill_tokens)
+            + self.per_seq_memory_s * num_seqs
         )
+        compute = self.per_seq_s * num_seqs + self.per_prefill_s * np.asarray(num_prefill_tokens)
+        return np.maximum(memory, compute) if self.overlapped else memory + compute
 
     def step_s(self, plan: StepPlan) -> float:
         """Seconds of one planned step (plain arithmetic: the simulator calls this at every step)."""
-        if self.overlapped:
-            return max(
-                self.fixed_s + self.per_context_s * plan.num_context_tokens,
-                self.per_seq_s * plan.num_seqs + self.per_prefill_s * plan.num_prefill_tokens,
-            )
-        return (
+        memory = (
             self.fixed_s
-            + self.per_seq_s * plan.num_seqs
             + self.per_context_s * plan.num_context_tokens
-            + self.per_prefill_s * plan.num_prefill_tokens
+            + self.per_seq_memory_s * plan.num_seqs
         )
+        compute = self.per_seq_s * plan.num_seqs + self.per_prefill_s * plan.num_prefill_tokens
+        return max(memory, compute) if self.overlapped else memory + compute
+
+    def largest_batch_within(self, seconds: float, context_tokens_per_seq: float) -> int:
+        """The most decoding sequences, each reading ``context_tokens_per_seq`` cached tokens, whose
+        step takes at most ``seconds`` (0 when even the fixed part takes longer)."""
+        memory_per_seq = self.per_context_s * context_tokens_per_seq + self.per_seq_memory_s
+        if self.overlapped:
+            bounds = [(seconds - self.fixed_s) / memory_per_seq if memory_per_seq else math.inf]
+            bounds.append(seconds / self.per_seq_s if self.per_seq_s else math.inf)
+        else:
+            per_seq = memory_per_seq + self.per_seq_s
+            bounds = [(seconds - self.fixed_s) / per_seq if per_seq else math.inf]
+        if seconds < self.fixed_s:
+            return 0
+        return max(0, math.floor(min(bounds)))
 
     def fixed_share(self, num_seqs: int, num_context_tokens: int) -> float:
         """Share of a decode step that does not grow with the batch (near 1: bigger batches are free)."""

@@ -57,8 +57,9 @@ def test_the_handoff_moves_each_gpus_heads_over_its_link():
     assert handoff.kv_bytes == 2048 * PER_TOKEN  # 640 MiB
     assert handoff.kv_bytes_per_gpu == 2048 * PER_TOKEN // 4
     assert handoff.transfer_s == pytest.approx(2048 * PER_TOKEN / 4 / 450e9)
-    # the weights read once, the last token's and the prompt's 2 x params FLOPs each, over 4 GPUs
-    prefill = (2 * PARAMS / H100_BW + 2 * PARAMS / H100_FLOPS + 2048 * 2 * PARAMS / H100_FLOPS) / 4
+    # the larger of one read of the weights and 2 x params FLOPs for each of the 2,048 prompt tokens (and
+    # the sequence's own token), over 4 GPUs: compute-bound
+    prefill = max(2 * PARAMS / H100_BW, 2 * PARAMS / H100_FLOPS + 2048 * 2 * PARAMS / H100_FLOPS) / 4
     assert handoff.prefill_s == pytest.approx(prefill)
     assert handoff.ratio == pytest.approx(handoff.transfer_s / prefill)
 
@@ -67,7 +68,7 @@ def test_for_long_prompts_the_ratio_is_bytes_times_flops_over_parameters_times_l
     closed_form = PER_TOKEN * H100_FLOPS / (2 * PARAMS * 50e9)  # 400 Gb/s: 0.046
     for tp in (2, 4, 8):
         ratio = pd_transfer(prompt_len=32_768, link="400 Gb/s IB/RoCE", tensor_parallel_size=tp).ratio
-        assert 0.95 * closed_form < ratio < closed_form  # the weight read makes the prefill a bit longer
+        assert 0.95 * closed_form < ratio < closed_form  # the sequence's own token makes the prefill a bit longer
 
 
 def test_slower_links_and_faster_gpus_make_the_handoff_weigh_more():
@@ -79,15 +80,16 @@ def test_slower_links_and_faster_gpus_make_the_handoff_weigh_more():
 
 
 def test_the_decode_batch_is_the_largest_within_the_tpot_target():
-    plan = pd_gpu_ratio(tpot_s=0.02, gpu="H100", decode_tensor_parallel_size=4)
+    plan = pd_gpu_ratio(tpot_s=0.02, gpu="H100", decode_tensor_parallel_size=4, max_num_seqs=1024)
     fixed, per_seq = 2 * PARAMS / H100_BW, 2 * PARAMS / H100_FLOPS
     context = 161.31 + 337.99 / 2
-    batch = int((0.02 * 4 - fixed) / (per_seq + context * PER_TOKEN / H100_BW))  # 216
+    # a step takes the larger of its memory time (weights, contexts) and its compute time (each token)
+    batch = int(min((0.02 * 4 - fixed) / (context * PER_TOKEN / H100_BW), 0.02 * 4 / per_seq))
     assert plan.decode_batch == batch and plan.decode_limit == "TPOT"
-    step = (fixed + batch * (per_seq + context * PER_TOKEN / H100_BW)) / 4
+    step = max(fixed + batch * context * PER_TOKEN / H100_BW, batch * per_seq) / 4
     assert plan.decode_step_s == pytest.approx(step) and step <= 0.02
     assert plan.decode_requests_per_gpu_s == pytest.approx(batch / step / 337.99 / 4)
-    prefill = 161.31 * (2 * PARAMS / H100_FLOPS + fixed / 2048) + per_seq
+    prefill = 161.31 * max(fixed, per_seq + 2048 * 2 * PARAMS / H100_FLOPS) / 2048
     assert plan.prefill_gpu_s_per_request == pytest.approx(prefill)
     assert plan.decode_gpus_per_prefill_gpu == pytest.approx((1 / prefill) / plan.decode_requests_per_gpu_s)
     assert plan.prefill_share(8) == pytest.approx(8 / (1 + plan.decode_gpus_per_prefill_gpu))

@@ -33,18 +33,28 @@ def test_the_roofline_step_reads_weights_and_cache_and_computes_each_token_at_th
     )  # 2 FLOPs per parameter per token: 82.4 µs
     assert step.per_context_s == pytest.approx(819_200 / 1.555e12)  # 0.527 µs per cached token
     assert step.per_prefill_s == step.per_seq_s
-    # paged's operating point in chapter 4:
-    # 16.53 / (16.53 + 30 x 0.0824 + 15,000 x 0.000527) ms = 16.53 / 26.91
-    assert step.fixed_share(30, 15_000) == pytest.approx(16.532 / (16.532 + 2.472 + 7.902), abs=1e-3)
+    # paged's operating point in chapter 4: the memory part (16.53 + 15,000 x 0.000527 ms) outweighs the
+    # compute part (30 x 0.0824 ms), so the step is the memory part: 16.53 / 24.43
+    assert step.overlapped
+    assert step.fixed_share(30, 15_000) == pytest.approx(16.532 / (16.532 + 7.902), abs=1e-3)
+    summed = gm.roofline_step_model("OPT-13B", overlapped=False)  # chapter 8's contrast: the sum
+    assert summed.fixed_share(30, 15_000) == pytest.approx(16.532 / (16.532 + 2.472 + 7.902), abs=1e-3)
 
 
-def test_the_roofline_adds_the_state_per_sequence_and_names_bad_input():
+def test_the_roofline_adds_the_state_per_sequence_to_the_memory_part_and_names_bad_input():
     plain = gm.roofline_step(1_000_000_000, 1000)
     with_state = gm.roofline_step(1_000_000_000, 1000, state_bytes=1_555_000)
-    assert with_state.per_seq_s - plain.per_seq_s == pytest.approx(
+    assert with_state.per_seq_memory_s - plain.per_seq_memory_s == pytest.approx(
         2 * 1_555_000 / 1.555e12
     )  # read + write: 2 µs
-    assert (with_state.fixed_s, with_state.per_context_s) == (plain.fixed_s, plain.per_context_s)
+    assert (with_state.fixed_s, with_state.per_context_s, with_state.per_seq_s) == (
+        plain.fixed_s,
+        plain.per_context_s,
+        plain.per_seq_s,
+    )
+    # a memory-bound step: 8 sequences of 1,000 cached tokens and their states take the memory part
+    memory = plain.fixed_s + 8 * 1000 * plain.per_context_s + 8 * 2 * 1_555_000 / 1.555e12
+    assert with_state.predict(8, 8000, 0) == pytest.approx(memory)
     gpu = gpus.GPU("half an A100", gpus.A100_BYTES, gpus.A100_BANDWIDTH / 2, gpus.A100_FP16_FLOPS / 2)
     slow = gm.roofline_step(1_000_000_000, 1000, gpu=gpu)
     for term in ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s"):
