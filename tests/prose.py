@@ -9,7 +9,7 @@ MyST prose: tests/test_prose_numbers.py fails on any, in every page of both edit
 What is not prose, and so not read: code (inline and fenced), roles with their content (glue,
 fixed, cite, doc, ref, term, ...), link targets and URLs, HTML, directive names and options.
 Structural references are not results: "chapter 4", "Exercise 4.6", the paper's "Figure 13a",
-"Section 6.1". Neither are digits inside a name (A100, OPT-13B, GQA-4, fp16, 8B, 16-bit, L2, a GPU's
+"Section 6.1", a list's "1." and a numbered heading. Neither are digits inside a name (A100, OPT-13B, GQA-4, fp16, 8B, 16-bit, L2, a GPU's
 "A100 40 GB").
 Math is formulas: an integer in it is a constant of the formula or arithmetic on fixed figures,
 but a decimal in math is refused (a measured or simulated value cannot be pasted into math:
@@ -48,6 +48,8 @@ _STRUCTURE = re.compile(
     r"[Ee]quations?|Eq\.|[Ll]istings?|[Pp]arts?)\s+\d+(?:\.\d+)*[a-z]?(?:\s*(?:[-–,]|and|or|to)\s*\d+(?:\.\d+)*[a-z]?)*"
     r"|第?\s*\d+(?:\s*[-–、,]\s*\d+)*\s*章|演習\s*\d+\.\d+(?:\s*[-–、]\s*\d+\.\d+)*|[図表]\s*\d+[a-z]?"
     r"|節\s*\d+(?:\.\d+)*|\d+(?:\.\d+)*\s*節"
+    r"|^[ \t]*(?:#+[ \t]+)?\d+\.(?=[ \t])",  # an ordered list's markers, a numbered heading ("## 3. Sizing")
+    re.MULTILINE,
 )
 # a GPU's product name carries its memory: "A100 40 GB", "H100 80GB"
 _PRODUCT = re.compile(r"\b(?:[AHBLV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|RTX \d{4})(?: (?:SXM|PCIe|NVL))? ?\d+ ?GB\b")

@@ -145,6 +145,12 @@ def test_fixed_figures_structure_and_names_are_not_results():
     assert typed_numbers(text) == []
 
 
+def test_list_markers_and_numbered_headings_are_structure():
+    assert typed_numbers("## 3. Sizing the cache\n\n1. **How much**\n2. **How big**, 4 bytes") == [
+        "'4' in '...2. **How big**, 4 bytes...'"
+    ]
+
+
 def test_numbers_in_prose_directives_and_tables_are_read():
     assert typed_numbers(":::{note}\nIt took 3.6 ms.\n:::") != []
     assert typed_numbers("| policy | share |\n|---|---|\n| max | 20.4% |") != []
