@@ -146,9 +146,8 @@ def test_fixed_figures_structure_and_names_are_not_results():
 
 
 def test_list_markers_and_numbered_headings_are_structure():
-    assert typed_numbers("## 3. Sizing the cache\n\n1. **How much**\n2. **How big**, 4 bytes") == [
-        "'4' in '...2. **How big**, 4 bytes...'"
-    ]
+    found = typed_numbers("## 3. Sizing the cache\n\n1. **How much**\n2. **How big**, 4 bytes")
+    assert len(found) == 1 and found[0].startswith("'4' in")
 
 
 def test_numbers_in_prose_directives_and_tables_are_read():
