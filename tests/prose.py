@@ -10,7 +10,7 @@ What is not prose, and so not read: code (inline and fenced), roles with their c
 fixed, cite, doc, ref, term, ...), link targets and URLs, HTML, directive names and options.
 Structural references are not results: "chapter 4", "Exercise 4.6", the paper's "Figure 13a",
 "Section 6.1", a list's "1." and a numbered heading. Neither are digits inside a name (A100, OPT-13B, GQA-4, fp16, 8B, 16-bit, L2, a GPU's
-"A100 40 GB").
+"A100 40 GB", a family's generation "Gemma 2", "PCIe 4.0", "NVLink 4").
 Math is formulas: an integer in it is a constant of the formula or arithmetic on fixed figures,
 but a decimal in math is refused (a measured or simulated value cannot be pasted into math:
 write it in the prose, glued).
@@ -52,7 +52,12 @@ _STRUCTURE = re.compile(
     re.MULTILINE,
 )
 # a GPU's product name carries its memory: "A100 40 GB", "H100 80GB"
-_PRODUCT = re.compile(r"\b(?:[AHBLV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|RTX \d{4})(?: (?:SXM|PCIe|NVL))? ?\d+ ?GB\b")
+# and a model family its generation: "Gemma 2", "Llama 3.1", "DeepSeek V3", "Python 3"
+_PRODUCT = re.compile(
+    r"\b(?:[AHBLV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|RTX \d{4})(?: (?:SXM|PCIe|NVL))? ?\d+ ?GB\b"
+    r"|\b(?:Gemma|Llama|Qwen|Mistral|Mixtral|Phi|GPT|DeepSeek|Jamba|Falcon|Python|CUDA|PCIe|NVLink|HBM)"
+    r"[ -]v?\d+(?:\.\d+)?\b"
+)
 # a number: digits with separators, not part of a name (a letter or "letter-" before it, a letter after)
 _NUMBER = re.compile(
     r"(?<![A-Za-z0-9_.])(?<![A-Za-z]-)\d+(?:[.,]\d+)*(?:-bit\b)?(?![.,]?\d)(?![A-Za-wyzA-Z_])"
