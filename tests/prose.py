@@ -118,6 +118,7 @@ def typed_numbers(markdown: str) -> list[str]:
     return found + [f"decimal in math {item}" for item in _math_decimals(markdown)]
 
 
+_ROLE_OR_CODE = re.compile(r"(?P<role>\{[\w:+-]+\})(?P<a>`+).+?(?P=a)|(?P<b>`+).+?(?P=b)", re.DOTALL)
 _GLUE = re.compile(r"\{glue(?::(?:text|md|any))?\}`(?P<content>[^`]+)`")
 
 
@@ -125,6 +126,8 @@ def pasted_keys(markdown: str) -> list[tuple[str, str]]:
     """The ``(document, key)`` pairs ``markdown`` pastes with glue roles: document is "" for the
     page's own notebook, else the path before ``::``."""
     keys = []
+    # `{glue:text}` written about in inline code pastes nothing: blank code spans that are not roles
+    markdown = _ROLE_OR_CODE.sub(lambda m: m.group(0) if m.group("role") else " " * len(m.group(0)), markdown)
     for match in _GLUE.finditer(markdown):
         content = match.group("content")
         document, _, rest = content.rpartition("::")

@@ -173,3 +173,4 @@ def test_a_translation_may_write_digits_for_number_words_but_adds_no_result():
 def test_pasted_keys_name_their_document():
     text = "{glue:text}`a:.2f`, {glue:text}`b`, {glue:text}`04_serving.ipynb::c:.1%` and {glue}`d`"
     assert pasted_keys(text) == [("", "a"), ("", "b"), ("04_serving.ipynb", "c"), ("", "d")]
+    assert pasted_keys("a `{glue:text}` role written about in code, and `x`") == []
