@@ -9,7 +9,8 @@ MyST prose: tests/test_prose_numbers.py fails on any, in every page of both edit
 What is not prose, and so not read: code (inline and fenced), roles with their content (glue,
 fixed, cite, doc, ref, term, ...), link targets and URLs, HTML, directive names and options.
 Structural references are not results: "chapter 4", "Exercise 4.6", the paper's "Figure 13a",
-"Section 6.1", a list's "1." and a numbered heading. Neither are digits inside a name (A100, OPT-13B, GQA-4, fp16, 8B, 16-bit, L2, a GPU's
+"Section 6.1", a list's "1." and a numbered heading. Neither are digits inside a name (A100,
+OPT-13B, GQA-4, fp16, 8B, 16-bit, L2, a GPU's
 "A100 40 GB", a family's generation "Gemma 2", "PCIe 4.0", "NVLink 4").
 Math is formulas: an integer in it is a constant of the formula or arithmetic on fixed figures,
 but a decimal in math is refused (a measured or simulated value cannot be pasted into math:
@@ -20,18 +21,38 @@ from __future__ import annotations
 
 import re
 
-# fenced code and literal blocks (``` with a language or a code-like directive); ```{glossary},
-# ```{note} and the other prose directives keep their content
-_CODE_FENCE = re.compile(
-    r"^(?P<fence>`{3,}|~{3,})[ \t]*"
-    r"(?:\{(?:literalinclude|code-cell|code-block|code|math|raw|image|figure)\}[^\n]*"
-    r"|[A-Za-z0-9_+-]*[ \t]*)\n"
-    r".*?^(?P=fence)[ \t]*$",
-    re.MULTILINE | re.DOTALL,
+# a fence's opening line: ``` or ~~~ (at least three) and its info string; a code block is one whose
+# info is a language or a code-like directive; ```{glossary}, ```{note} and the other prose
+# directives keep their content
+_FENCE_OPEN = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n]*)$")
+_CODE_INFO = re.compile(
+    r"^(?:\{(?:literalinclude|code-cell|code-block|code|math|raw|image|figure)\}.*|[\w+-]*)$"
 )
-_FENCE_LINE = re.compile(
-    r"^[ \t]*(?:`{3,}|:{3,}|~{3,}).*$", re.MULTILINE
-)  # ```{note} / ::: openers and closers
+
+
+def _blank_code_blocks(markdown: str) -> str:
+    """``markdown`` with every fenced code block blanked (fences matched in order, as Markdown does)."""
+    lines, fence, code = markdown.split("\n"), None, False
+    for i, line in enumerate(lines):
+        if fence is None:
+            opened = _FENCE_OPEN.match(line)
+            if opened:
+                fence, code = opened.group("fence"), bool(_CODE_INFO.match(opened.group("info").strip()))
+                if code:
+                    lines[i] = " " * len(line)
+        else:
+            closing = line.strip()
+            if closing and set(closing) == {fence[0]} and len(closing) >= len(fence):
+                if code:
+                    lines[i] = " " * len(line)
+                fence, code = None, False
+            elif code:
+                lines[i] = " " * len(line)
+    return "\n".join(lines)
+
+
+# a fence and its directive (```{note}, :::{dropdown}); a title after it is prose and is read
+_FENCE_LINE = re.compile(r"^[ \t]*(?:`{3,}|:{3,}|~{3,})(?:\{[\w:-]+\})?", re.MULTILINE)
 _OPTION_LINE = re.compile(r"^[ \t]*:[\w-]+:.*$", re.MULTILINE)  # :class: tip, :pyobject: f
 _ROLE = re.compile(r"\{[\w:+-]+\}(`+)(?P<content>.+?)\1", re.DOTALL)
 _CODE = re.compile(r"(`+)(?P<content>.+?)\1", re.DOTALL)
@@ -55,7 +76,7 @@ _STRUCTURE = re.compile(
 # and a model family its generation: "Gemma 2", "Llama 3.1", "DeepSeek V3", "Python 3"
 _PRODUCT = re.compile(
     r"\b(?:[AHBLV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|RTX \d{4})(?: (?:SXM|PCIe|NVL))? ?\d+ ?GB\b"
-    r"|\b(?:Gemma|Llama|Qwen|Mistral|Mixtral|Phi|GPT|DeepSeek|Jamba|Falcon|Python|CUDA|PCIe|NVLink|HBM)"
+    r"|(?<![A-Za-z])(?:Gemma|Llama|Qwen|Mistral|Mixtral|Phi|GPT|DeepSeek|Jamba|Falcon|Python|CUDA|PCIe|NVLink|HBM)"
     r"[ -]v?\d+(?:\.\d+)?\b"
 )
 # a number: digits with separators, not part of a name (a letter or "letter-" before it, a letter after)
@@ -73,7 +94,7 @@ def _blank(pattern: re.Pattern, text: str) -> str:
 def prose_only(markdown: str) -> str:
     """``markdown`` with everything that is not prose blanked out: code, roles, links, HTML,
     directive lines and math (see the module's docstring)."""
-    text = _blank(_CODE_FENCE, markdown)
+    text = _blank_code_blocks(markdown)
     for pattern in (
         _FENCE_LINE,
         _OPTION_LINE,
@@ -91,7 +112,7 @@ def prose_only(markdown: str) -> str:
 
 
 def _math_decimals(markdown: str) -> list[str]:
-    text = _blank(_CODE_FENCE, markdown)
+    text = _blank_code_blocks(markdown)
     for pattern in (_FENCE_LINE, _ROLE, _CODE):
         text = _blank(pattern, text)
     found = []

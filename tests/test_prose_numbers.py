@@ -152,6 +152,7 @@ def test_list_markers_and_numbered_headings_are_structure():
 
 def test_numbers_in_prose_directives_and_tables_are_read():
     assert typed_numbers(":::{note}\nIt took 3.6 ms.\n:::") != []
+    assert typed_numbers(":::{dropdown} Why 3.6 times?\nBecause.\n:::") != []  # a title is prose
     assert typed_numbers("| policy | share |\n|---|---|\n| max | 20.4% |") != []
     assert typed_numbers("```{glossary}\nblock\n  It holds 16 tokens.\n```") != []
     assert typed_numbers("```python\nx = 16\n```") == []
