@@ -75,9 +75,10 @@ _STRUCTURE = re.compile(
 # a GPU's product name carries its memory: "A100 40 GB", "H100 80GB"
 # and a model family its generation: "Gemma 2", "Llama 3.1", "DeepSeek V3", "Python 3"
 _PRODUCT = re.compile(
-    r"\b(?:[AHBLV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|RTX \d{4})(?: (?:SXM|PCIe|NVL))? ?\d+ ?GB\b"
+    r"(?<![A-Za-z0-9])(?:[AHBLV]\d{2,3}[A-Z]?|MI\d{3}[A-Z]?|RTX \d{4})"
+    r"(?: (?:SXM|PCIe|NVL))? ?\d+ ?GB(?![A-Za-z])"
     r"|(?<![A-Za-z])(?:Gemma|Llama|Qwen|Mistral|Mixtral|Phi|GPT|DeepSeek|Jamba|Falcon|Python|CUDA|PCIe|NVLink|HBM)"
-    r"[ -]v?\d+(?:\.\d+)?\b"
+    r"[ -]v?\d+(?:\.\d+)?(?![\w.])"
 )
 # a number: digits with separators, not part of a name (a letter or "letter-" before it, a letter after)
 _NUMBER = re.compile(
@@ -91,9 +92,10 @@ def _blank(pattern: re.Pattern, text: str) -> str:
     return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
-def prose_only(markdown: str) -> str:
+def prose_only(markdown: str, structure: bool = False) -> str:
     """``markdown`` with everything that is not prose blanked out: code, roles, links, HTML,
-    directive lines and math (see the module's docstring)."""
+    directive lines and math (see the module's docstring); structural references and names too
+    unless ``structure``."""
     text = _blank_code_blocks(markdown)
     for pattern in (
         _FENCE_LINE,
@@ -106,7 +108,7 @@ def prose_only(markdown: str) -> str:
         _HTML,
     ):
         text = _blank(pattern, text)
-    for pattern in (_LABEL, _STRUCTURE, _PRODUCT):
+    for pattern in (_LABEL,) if structure else (_LABEL, _STRUCTURE, _PRODUCT):
         text = _blank(pattern, text)
     return text
 
@@ -208,10 +210,14 @@ def added_numbers(english: str, translation: str) -> list[str]:
     allowed (a translation writes "1 つの" for an English "a")."""
     from collections import Counter
 
-    words = [w.lower() for w in _WORD.findall(prose_only(english))]
+    english = prose_only(english, structure=True)  # "chapter 4", "Llama 3", "## 2." may be written anew
+    words = [w.lower() for w in _WORD.findall(english)]
     words = [w if w in NUMBER_WORDS else w.removesuffix("fold") for w in words]  # "sixfold" -> six
     allowed = Counter(str(NUMBER_WORDS[w]) for w in words if w in NUMBER_WORDS)
-    allowed.update(m.group(0).removesuffix("-bit") for m in _NUMBER.finditer(prose_only(english)))
+    allowed.update(m.group(0).removesuffix("-bit") for m in _NUMBER.finditer(english))
+    allowed.update(
+        re.findall(r"(?<![\w.])(\d+)(?:st|nd|rd|th|-bit|-layer|-head|-token)\b", english)
+    )  # "the 13th"
     found = Counter(m.group(0) for m in _NUMBER.finditer(prose_only(translation))) - allowed
     found.pop("1", None)
     return sorted(found.elements()) + [f"decimal in math {d}" for d in _math_decimals(translation)]
