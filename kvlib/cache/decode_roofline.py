@@ -14,7 +14,8 @@ within each round and the median over the rounds reported (:func:`~kvlib.measure
 load that lasts a round slows both alike and cancels. :func:`ridge_point` and
 :func:`crossing_group` say at which arithmetic intensity, and so at which group size, decode
 attention stops being memory-bound on this device; :func:`split_k_speedup` what Flash-Decoding's
-split-K buys MQA at batch 1.
+split-K buys MQA at batch 1. :func:`counted_flops` counts a step's FLOPs independently of
+:attr:`KernelMeasurement.flops`, with PyTorch's ``FlopCounterMode`` on chapter 1's grouped attention.
 """
 
 from __future__ import annotations
@@ -236,6 +237,27 @@ def kernel_sweep(setup, probes: RoofProbes | None = None, rounds: int = 5) -> li
     ]
 
 
+def counted_flops(setup, num_kv_heads: int, context: int) -> int:
+    """FLOPs of one decode step's attention as PyTorch's ``FlopCounterMode`` counts them in
+    :func:`~kvlib.model.attention.grouped_attention` (the same products, q.K^T and weights.V) at the
+    setup's shapes, on the meta device (no memory, no arithmetic): a count independent of
+    :attr:`KernelMeasurement.flops`' formula."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from kvlib.model.attention import grouped_attention
+
+    if num_kv_heads < 1 or setup.num_heads % num_kv_heads:
+        raise KVLibError(f"num_kv_heads must divide num_heads ({setup.num_heads}), not {num_kv_heads}")
+    if context < 1:
+        raise KVLibError(f"context must be a positive number of tokens, not {context}")
+    meta = {"device": "meta", "dtype": setup.dtype}
+    q = torch.empty(setup.batch, setup.num_heads, 1, setup.head_dim, **meta)
+    k = torch.empty(setup.batch, num_kv_heads, context, setup.head_dim, **meta)
+    with FlopCounterMode(display=False) as counter:
+        grouped_attention(q, k, torch.empty_like(k), q_start=context - 1)
+    return counter.get_total_flops()
+
+
 def ridge_point(peak_gflops: float, gbps: float) -> float:
     """FLOPs per byte at which the two roofs meet: below it memory bounds a kernel, above it arithmetic."""
     if peak_gflops <= 0 or gbps <= 0:
@@ -285,7 +307,9 @@ def split_k_speedup(setup, context: int | None = None, rounds: int = 7) -> Split
 
 def split_k_error(setup, context: int | None = None) -> float:
     """Largest difference between MQA's attention at batch 1 with one split and with the chosen number
-    (the same inputs as :func:`split_k_speedup`): the log-sum-exp merge is exact up to rounding."""
+    (the same inputs as :func:`split_k_speedup`), over the largest magnitude of the one-split output: the
+    log-sum-exp merge is exact up to rounding, and a merge that mis-weighted a split would be off by
+    about the output's own size."""
     context = setup.longest if context is None else context
     inputs = kernel_inputs(replace(setup, batch=1), 1, context)
     args = inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_tables, inputs.seq_lens
@@ -295,4 +319,4 @@ def split_k_error(setup, context: int | None = None) -> float:
     with torch.inference_mode():
         one = kernels.decode_attention(*args, kernel=setup.kernel, num_splits=1)
         split = kernels.decode_attention(*args, kernel=setup.kernel, num_splits=chosen)
-    return (one.float() - split.float()).abs().max().item()
+    return ((one.float() - split.float()).abs().max() / one.float().abs().max()).item()

@@ -31,7 +31,7 @@ from kvlib import KVLibError, kernels
 from kvlib.cache.decode_roofline import kernel_sweep, roof_probes, split_k_speedup
 from kvlib.measure.hardware import all_threads, available_memory_bytes, dram_bytes
 from kvlib.measure.probes import Bandwidth, launch_overhead_s, matmul_gflops, memory_bandwidth
-from kvlib.measure.timing import Timing, clock_for, pick_device, time_it, torch_threads
+from kvlib.measure.timing import Timing, clock_for, pick_device, time_interleaved, time_it, torch_threads
 from kvlib.model.attention import grouped_attention, repeat_kv_attention, sdpa_attention
 from kvlib.units import MiB, ceil_div
 
@@ -255,7 +255,13 @@ def sweep(setup: DecodeSetup, impl: str = "grouped", repeats: int = 5) -> list[D
 def compare_implementations(
     setup: DecodeSetup, num_kv_heads: int, context: int, repeats: int = 5
 ) -> list[DecodeMeasurement]:
-    """Grouped, repeat-K/V and SDPA attention on the same cache; also checks they agree."""
+    """Grouped, repeat-K/V and SDPA attention on the same cache, after checking that they agree.
+
+    They are timed in ``repeats`` interleaved rounds (:func:`~kvlib.measure.timing.time_interleaved`,
+    the setup's clock and threads, samples of at least ~10 ms), so that a ratio of two of them can be
+    taken round by round (:func:`~kvlib.measure.timing.round_median`): load that lasts a round slows
+    them alike.
+    """
     q, k, v = decode_inputs(setup, num_kv_heads, context)
     reference = grouped_attention(q, k, v, q_start=context - 1).float()
     for impl, attention in IMPLEMENTATIONS.items():
@@ -264,7 +270,17 @@ def compare_implementations(
             raise KVLibError(
                 f"{impl} attention disagrees with grouped attention by {(out - reference).abs().max():.2e}"
             )
-    return [time_decode(setup, q, k, v, impl, repeats) for impl in IMPLEMENTATIONS]
+    del out, reference
+    steps = {
+        impl: (lambda attention=attention: attention(q, k, v, q_start=context - 1))
+        for impl, attention in IMPLEMENTATIONS.items()
+    }
+    with torch.inference_mode(), torch_threads(setup.threads):
+        timings = time_interleaved(
+            steps, rounds=repeats, target_s=0.01, warmup=0, device=setup.device, clock=setup.clock
+        )
+    shape = k.shape[1], k.shape[2], setup.batch, setup.num_heads, setup.head_dim, k.element_size()
+    return [DecodeMeasurement(impl, *shape, timing) for impl, timing in timings.items()]
 
 
 @dataclass(frozen=True)

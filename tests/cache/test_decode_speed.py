@@ -50,8 +50,10 @@ def test_measure_decode_on_a_small_setup():
     m = decode.measure_decode(setup, 8, 64, repeats=2)
     assert m.timing.median_s > 0 and m.kv_bytes == 2 * 8 * 64 * 128 * 4
     assert torch.get_num_threads() == before
-    rows = decode.compare_implementations(setup, 4, 64, repeats=1)
+    rows = decode.compare_implementations(setup, 4, 64, repeats=3)
     assert [r.impl for r in rows] == ["grouped", "repeat", "sdpa"]
+    # timed in the same rounds, on the same cache
+    assert all(len(r.timing.samples) == 3 and r.kv_bytes == 2 * 4 * 64 * 128 * 4 for r in rows)
     with pytest.raises(KVLibError, match="num_kv_heads must divide"):
         decode.measure_decode(setup, 3, 64)
     with pytest.raises(KVLibError, match="unknown attention implementation 'flash'"):
@@ -172,7 +174,29 @@ def test_time_kernel_and_split_k_on_a_small_setup():
     assert forced.num_splits == 3 and forced.kernel == "torch" and len(forced.timing.samples) == 1
     split = roofline.split_k_speedup(setup, rounds=1)
     assert split.num_splits >= 1 and split.speedup == split.one.min_s / split.split.min_s
+    # of the output's largest value: the merge is exact but for rounding
     assert roofline.split_k_error(setup) < 1e-5
+
+
+def test_split_k_error_is_relative_to_the_output(monkeypatch):
+    outputs = iter([torch.tensor([0.5, -2.0]), torch.tensor([0.5, -1.0])])
+    monkeypatch.setattr(roofline.kernels, "decode_attention", lambda *args, **kwargs: next(outputs))
+    # a difference of 1 where the output reaches 2
+    assert roofline.split_k_error(_small_kernel_setup()) == 0.5
+
+
+def test_counted_flops_are_pytorchs_count_of_the_two_products():
+    setup = _small_kernel_setup()  # 8 query heads of 16, batch 1
+    # q.K^T and weights.V: 2 x (2 x heads x context x head_dim), whatever the KV heads
+    for kv in setup.kv_heads:
+        assert roofline.counted_flops(setup, kv, 64) == 2 * 2 * 8 * 64 * 16
+    m = roofline.KernelMeasurement("torch", 2, 64, 1, 8, 16, 4, 1, *(None,) * 5)
+    assert m.flops == roofline.counted_flops(setup, 2, 64)
+    assert roofline.counted_flops(replace(setup, batch=3), 1, 10) == 3 * 4 * 8 * 10 * 16
+    with pytest.raises(KVLibError, match="must divide"):
+        roofline.counted_flops(setup, 3, 64)
+    with pytest.raises(KVLibError, match="positive"):
+        roofline.counted_flops(setup, 2, 0)
 
 
 def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):
