@@ -19,7 +19,9 @@ ends of that story:
 Section 2 of the page (decoding slows down as the context grows) measures with
 :func:`measure_growth` and checks the growth against :func:`growth_bounds`, the arithmetic
 of a step that costs a fixed amount plus the same work per cached token, at most a cache's
-worth of which can come from the last-level cache.
+worth of which can come from the last-level cache. The bandwidth probe it compares the
+steps with is timed in the same rounds as the steps, so that every comparison is between
+samples taken back to back.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.contiguous import kv_bytes_per_token
-from kvlib.cache.decode_speed import DecodeMeasurement, DecodeSetup, probe_bandwidth
+from kvlib.cache.decode_speed import DecodeMeasurement, DecodeSetup
 from kvlib.measure.hardware import available_memory_bytes, llc_bytes
 from kvlib.measure.probes import Bandwidth
 from kvlib.measure.timing import round_median, time_interleaved, torch_threads
@@ -142,7 +144,9 @@ class GrowthRun:
 
     ``steps`` holds MHA at ``TINY_CONTEXT`` tokens and at every context of the setup, then
     GQA-8 and MQA at the longest; each timing's ``min_s`` is its fastest of the interleaved
-    rounds. ``probe`` is the DRAM bandwidth probe at the setup's thread count.
+    rounds. ``probe`` is the DRAM bandwidth probe (chapter 0's streaming sum) over the K and V
+    buffers that MHA's longest step reads, on the setup's threads, timed in the same rounds:
+    its timing's samples pair with the steps' round by round.
     """
 
     setup: DecodeSetup
@@ -161,6 +165,21 @@ class GrowthRun:
         """The least share of the step's K+V that must come from DRAM: 1 - LLC / K+V (0 if it fits)."""
         return max(0.0, 1 - self.llc_bytes / m.kv_bytes)
 
+    def dram_rate_over_probe(self, m: DecodeMeasurement) -> float:
+        """How fast the step read the bytes that must come from DRAM (its K+V less the LLC) against
+        the probe's rate in the same round: the median over the rounds of that ratio."""
+        dram_part = m.kv_bytes - self.llc_bytes
+        if dram_part <= 0:
+            raise KVLibError(
+                f"the step's {m.kv_bytes / 2**20:,.0f} MiB of K+V fit in the "
+                f"{self.llc_bytes / 2**20:,.0f} MiB LLC"
+            )
+        return round_median(
+            lambda t_step, t_probe: (dram_part / t_step) / (self.probe.num_bytes / t_probe),
+            m.timing,
+            self.probe.timing,
+        )
+
     def speedup(self, num_kv_heads: int) -> float:
         """MHA's step over the step with ``num_kv_heads`` at the longest context (median over rounds)."""
         mha, fewer = (
@@ -170,7 +189,8 @@ class GrowthRun:
         return round_median(lambda a, b: a / b, mha.timing, fewer.timing)
 
     def rows(self) -> list[dict]:
-        """One row per measured step: its K+V against the LLC, its fastest time and its bandwidth."""
+        """One row per measured step: its K+V against the LLC, its fastest time, its bandwidth, and
+        that bandwidth against the probe's in the same round (median over the rounds)."""
         return [
             {
                 "KV heads": m.num_kv_heads,
@@ -179,7 +199,11 @@ class GrowthRun:
                 "x LLC": m.kv_bytes / self.llc_bytes,
                 "fastest (ms)": m.timing.min_s * 1e3,
                 "GB/s": m.best_gbps,
-                "share of probe": m.best_gbps / self.probe.best_gbps,
+                "share of probe": round_median(
+                    lambda t_step, t_probe, m=m: (m.kv_bytes / t_step) / (self.probe.num_bytes / t_probe),
+                    m.timing,
+                    self.probe.timing,
+                ),
             }
             for m in self.steps
         ]
@@ -187,9 +211,8 @@ class GrowthRun:
 
 def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
     """Time MHA's decode step at ``TINY_CONTEXT``, at every context of ``setup`` and at half the
-    longest, and GQA-8 and MQA at the longest, in interleaved rounds
-    (:func:`kvlib.measure.time_interleaved`) on the setup's threads, after the DRAM
-    probe at the same thread count.
+    longest, GQA-8 and MQA at the longest, and the DRAM bandwidth probe, in interleaved rounds
+    (:func:`kvlib.measure.time_interleaved`) on the setup's threads.
 
     Half the longest context is there because :func:`kvlib.cache.decode_speed.decode_setup` makes the
     longest hold at least twice :func:`kvlib.measure.dram_bytes`: so MHA's K+V at half of it
@@ -198,7 +221,10 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
     them are contiguous views of one seeded K and one V buffer, as large as MHA's at the
     longest context (a step reads each byte once whatever else shares its memory, and at
     most the LLC's worth of any data is in the cache when a step begins); a KVLibError says
-    so when memory is short.
+    so when memory is short. The probe is chapter 0's streaming read, a sum, over those two
+    buffers: as many bytes as MHA's longest step reads, at least twice
+    :func:`kvlib.measure.dram_bytes` on a CPU, so nearly all from DRAM; timed in the same rounds,
+    it sees the same load as the steps it is compared with.
     """
     contexts = sorted({*setup.contexts, setup.longest // 2})
     configs = [(setup.num_heads, TINY_CONTEXT)] + [(setup.num_heads, n) for n in contexts]
@@ -211,7 +237,6 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
             f"the decode caches need {needed / 2**30:.1f} GiB, "
             f"over half the {available / 2**30:.1f} GiB available"
         )
-    probe = probe_bandwidth(setup)
     generator = torch.Generator(setup.device).manual_seed(0)
 
     def uniform(*shape: int) -> torch.Tensor:
@@ -226,18 +251,22 @@ def measure_growth(setup: DecodeSetup, rounds: int = 7) -> GrowthRun:
         k, v = (memory[: math.prod(shape)].view(shape) for memory in (k_memory, v_memory))
         return lambda: grouped_attention(q, k, v, q_start=n - 1)
 
+    def probe() -> None:  # a sum reads each element once and adds it: memory-bound on any device
+        k_memory.sum(dtype=torch.float32)
+        v_memory.sum(dtype=torch.float32)
+
+    fns = {f"{kv}x{n}": step(kv, n) for kv, n in configs} | {"probe": probe}
     with torch.inference_mode(), torch_threads(setup.threads):
-        timings = time_interleaved(
-            {f"{kv}x{n}": step(kv, n) for kv, n in configs}, rounds=rounds, device=setup.device
-        )
+        timings = time_interleaved(fns, rounds=rounds, device=setup.device)
     itemsize = k_memory.element_size()
+    bandwidth = Bandwidth(str(setup.device), 2 * numel * itemsize, timings["probe"], threads=setup.threads)
     steps = tuple(
         DecodeMeasurement(
             "grouped", kv, n, setup.batch, setup.num_heads, setup.head_dim, itemsize, timings[f"{kv}x{n}"]
         )
         for kv, n in configs
     )
-    return GrowthRun(setup, llc_bytes(setup.device), probe, steps)
+    return GrowthRun(setup, llc_bytes(setup.device), bandwidth, steps)
 
 
 def growth_bounds(short_bytes: int, long_bytes: int, llc: int) -> tuple[float, float | None]:

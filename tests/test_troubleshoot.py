@@ -1,7 +1,7 @@
 """kvlib.troubleshoot: a byte budget buys the blocks it should, the block manager refuses the batch
 that does not fit (recorded, not raised), the request-count planner rounds to blocks or
 reserves the maximum length exactly, and section 2's growth bounds and checks follow the
-arithmetic derived by hand."""
+arithmetic derived by hand, the probe's samples paired with the steps' round by round."""
 
 import statistics
 
@@ -11,7 +11,7 @@ import torch
 from kvlib import KVLibError, sizing
 from kvlib.cache.contiguous import kv_bytes_per_token
 from kvlib.cache.decode_speed import DecodeMeasurement, DecodeSetup
-from kvlib.measure.probes import Bandwidth, memory_bandwidth
+from kvlib.measure.probes import Bandwidth
 from kvlib.measure.timing import Timing
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
@@ -160,11 +160,13 @@ def _timing(*samples):
     return Timing(statistics.median(samples), min(samples), max(samples), tuple(samples))
 
 
-def _growth_run(times_by_context, llc, gqa=(1.0, 1.0), mqa=(0.5, 0.5)):
+def _growth_run(times_by_context, llc, gqa=None, mqa=None, probe=None):
     setup = DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(1024, 4096, 16384), threads=1)
     step = lambda kv, n, samples: DecodeMeasurement("grouped", kv, n, 1, 32, 128, 4, _timing(*samples))  # noqa: E731
+    rounds = len(next(iter(times_by_context.values())))
+    gqa, mqa = gqa or (1.0,) * rounds, mqa or (0.5,) * rounds
     steps = [step(32, n, s) for n, s in times_by_context.items()] + [step(8, 16384, gqa), step(1, 16384, mqa)]
-    probe = Bandwidth("cpu", 1 << 20, _timing(1e-4, 1e-4), threads=1)
+    probe = Bandwidth("cpu", 1 << 30, _timing(*(probe or (0.1,) * rounds)), threads=1)  # 1 GiB: 10.7 GB/s
     return GrowthRun(setup, llc, probe, tuple(steps))
 
 
@@ -202,9 +204,22 @@ def test_growth_run_finds_its_steps_and_speedups():
         run.step(4, 16384)
 
 
-def test_measure_growth_times_every_step_on_the_setups_threads(monkeypatch):
-    import kvlib.troubleshoot as troubleshoot
+def test_rates_are_compared_with_the_probe_round_by_round():
+    # MHA at 16,384 tokens reads 512 MiB; the LLC is 32 MiB, so 480 MiB must come from DRAM.
+    # Round 1: the step takes 50 ms and the 1 GiB probe 100 ms; round 2 everything runs 4x
+    # slower (load), round 3 only the probe does (a burst): per round the DRAM part is read at
+    # 0.9375, 0.9375 and 3.75 times the probe's rate, whose median is 0.9375.
+    times = {n: [n * 1e-6] * 3 for n in (TINY_CONTEXT, 1024, 4096, 8192)}
+    times[16384] = [0.05, 0.2, 0.05]
+    run = _growth_run(times, llc=32 << 20, probe=(0.1, 0.4, 0.4))
+    assert run.dram_rate_over_probe(run.step(32, 16384)) == pytest.approx(480 / 512 * 2 * 0.5)
+    share = {(r["KV heads"], r["context"]): r["share of probe"] for r in run.rows()}
+    assert share[32, 16384] == pytest.approx(512 / 1024 * 2)  # all its bytes, against the probe's, per round
+    with pytest.raises(KVLibError, match="fit in the 32 MiB LLC"):
+        run.dram_rate_over_probe(run.step(32, 1024))
 
+
+def test_measure_growth_times_every_step_and_the_probe_on_the_setups_threads():
     setup = DecodeSetup(
         torch.device("cpu"),
         torch.float32,
@@ -214,8 +229,6 @@ def test_measure_growth_times_every_step_on_the_setups_threads(monkeypatch):
         head_dim=8,
         threads=1,
     )
-    quick_probe = lambda s: memory_bandwidth(1 << 20, "cpu", repeats=1, threads=s.threads)  # noqa: E731
-    monkeypatch.setattr(troubleshoot, "probe_bandwidth", quick_probe)
     threads = torch.get_num_threads()
     run = measure_growth(setup, rounds=2)
     assert torch.get_num_threads() == threads
@@ -228,4 +241,6 @@ def test_measure_growth_times_every_step_on_the_setups_threads(monkeypatch):
         (1, 1024),
     ]  # no GQA-8 with 8 heads
     assert all(len(m.timing.samples) == 2 and m.timing.min_s > 0 for m in run.steps)
-    assert run.probe.threads == 1 and run.llc_bytes > 0
+    # the probe reads the two buffers of MHA's longest step, in the same two rounds
+    assert run.probe.num_bytes == run.step(8, 1024).kv_bytes == 2 * 8 * 1024 * 8 * 4
+    assert len(run.probe.timing.samples) == 2 and run.probe.threads == 1 and run.llc_bytes > 0
