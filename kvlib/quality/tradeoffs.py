@@ -5,7 +5,7 @@ documents and returns one :class:`~kvlib.quality.compare.LeverResult` per settin
 cache first. :func:`ratio_rows` turns them into the practitioner's table (KV bytes per token and
 their fraction of the full cache, perplexity ratio, probe recall, greedy agreement), and
 :func:`pareto_front` keeps the settings no other setting beats on both bytes and perplexity.
-``python -m kvlib bench --only quality`` reports the ratios issue 14 names.
+``python -m kvlib bench --only quality`` reports the headline ratios (:func:`bench`).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def find(rows: list[RatioRow], method: str, setting: str) -> RatioRow:
 
 
 def bench() -> dict:
-    """Issue 14's ratios against the full-precision full cache, on the shipped weights."""
+    """The headline ratios against the full-precision full cache, on the shipped weights."""
     rows = ratio_rows(lever_sweep(base_model(), eval_documents(), budgets=(QUARTER_BUDGET,)))
     at_quarter = f"budget {QUARTER_BUDGET}"
     return {

@@ -46,7 +46,7 @@ def test_find_names_what_it_cannot_find():
         find(rows, "int8", "s")
 
 
-def test_bench_reports_the_fields_issue_14_names(monkeypatch):
+def test_bench_reports_its_headline_fields(monkeypatch):
     def fake_sweep(model, docs, budgets=tradeoffs.BUDGETS, quant_settings=tradeoffs.QUANT_SETTINGS):
         out = [result("full cache", "fp16", 2048, 4.0)]
         for name, group, residual in quant_settings:
