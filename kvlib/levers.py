@@ -14,10 +14,12 @@ the lever, by its definition, multiplies the bytes of one token; chapter 5 check
 :mod:`kvlib.sizing` agrees with the product of these factors exactly. :func:`serve` turns a
 variant into what a GPU does with it: the KV budget it leaves (:func:`variant_kv_budget`),
 how many full-length sequences fit (:func:`variant_max_batch`), and a step-time model of that
-GPU (:func:`variant_step_model`: chapter 4's one roofline model,
-:func:`kvlib.serving.gpu_model.roofline_step`, applied to the variant) for the simulator of
-chapter 4 (:func:`kvlib.serving.simulator.simulate`). :func:`chain_table` sets the steps side
-by side (drawn by :func:`kvlib.plotting.draw_chain`).
+GPU (:func:`variant_step_model`: the book's one roofline model,
+:func:`kvlib.serving.gpu_model.roofline_step`, applied to the variant: a step takes the larger of
+its memory time and its compute time) for the simulator of chapter 4
+(:func:`kvlib.serving.simulator.simulate`). :func:`chain_table` sets the steps side by side
+(drawn by :func:`kvlib.plotting.draw_chain`), with how much of the time the arithmetic takes
+(:func:`compute_shares`).
 
 GPU data sheets come from :mod:`kvlib.gpus`; nothing here depends on chapter 4's experiments
 (:mod:`kvlib.serving.policy_comparison`), only on the serving machinery they use.
@@ -271,9 +273,11 @@ def variant_max_batch(
 
 
 def variant_step_model(variant: Variant, gpu: GPU = A100_40GB) -> StepTimeModel:
-    """The variant's step on ``gpu`` by chapter 4's roofline (:func:`kvlib.serving.gpu_model.roofline_step`,
-    the book's one GPU model): its parameters, its bytes per cached token, and its fixed state per
-    sequence."""
+    """The variant's step on ``gpu`` by its data sheet's roofline
+    (:func:`kvlib.serving.gpu_model.roofline_step`, the book's one GPU model): the larger of its
+    memory time (the weights, the cached tokens read, each sequence's fixed state read and
+    written) and its compute time (2 x parameters FLOPs per token decoded or prefilled), from
+    its parameters, its bytes per cached token and its state."""
     return roofline_step(
         variant.num_parameters, variant.bytes_per_token, variant.state_bytes, gpu, variant.name
     )
@@ -312,21 +316,42 @@ def kv_in_use(run: RunResult) -> tuple[float, float]:
 
     Allocated slots hold tokens, are reserved for tokens to come, or are the empty rest of a
     reservation or of a last block; a block shared through prefix caching counts once."""
-    steps = run.steps
-    busy = steps["num_waiting"] > 0
-    if not busy.any():
-        busy = np.ones_like(busy)
+    steps, busy = run.steps, _waiting(run)
     allocated = sum(steps[c][busy] for c in CATEGORIES if c not in ("external", "free"))
     return float(allocated.sum() / steps["num_seqs"][busy].sum()), float(allocated.mean() / run.num_slots)
+
+
+def _waiting(run: RunResult) -> np.ndarray:
+    """Steps while some request waits (every step if none waits): chapter 4's capacity window."""
+    busy = run.steps["num_waiting"] > 0
+    return busy if busy.any() else np.ones_like(busy)
+
+
+def compute_shares(variant: Variant, run: RunResult, gpu: GPU = A100_40GB) -> tuple[float, float]:
+    """(share of the step time that the arithmetic alone would take, share that the prompts'
+    arithmetic alone would take), over the steps while requests wait, on the variant's roofline.
+
+    A step of :func:`variant_step_model` takes the larger of its memory time and its compute time,
+    so the first share is 1 when every step is bound by arithmetic, and small when memory binds
+    (the arithmetic then hides under the reading). The second says how much of the time prefill
+    takes in compute-bound steps: what a lever that skips prefill (prefix caching) can save."""
+    model, steps, busy = variant_step_model(variant, gpu), run.steps, _waiting(run)
+    prefill = model.per_prefill_s * steps["prefill_tokens"][busy].sum()
+    compute = model.per_seq_s * steps["num_seqs"][busy].sum() + prefill
+    total = steps["duration_s"][busy].sum()
+    return float(compute / total), float(prefill / total)
 
 
 def chain_table(
     chain: list[Variant], runs: list[RunResult], context: int, gpu: GPU = A100_40GB
 ) -> list[dict]:
-    """One row per step: bytes per token and per sequence, the factors, capacity, and the simulated server."""
+    """One row per step: bytes per token and per sequence, the factors and capacity (modelled), and the
+    simulated server: what a running request holds, the batch, how much of the time the arithmetic
+    and the prompts' arithmetic would take alone (:func:`compute_shares`) and the throughput."""
     rows, base = [], runs[0].tokens_per_s
     for i, (variant, run, total) in enumerate(zip(chain, runs, cumulative_factors(chain), strict=True)):
         slots_per_seq, share = kv_in_use(run)
+        compute, prefill = compute_shares(variant, run, gpu)
         rows.append(
             {
                 "step": i,
@@ -341,6 +366,8 @@ def chain_table(
                 "KV per running sequence (MiB)": slots_per_seq * variant.bytes_per_token / 2**20,
                 "budget allocated (%)": 100 * share,
                 "mean running batch": run.mean_batch,
+                "compute share of the time (%)": 100 * compute,
+                "prefill share of the time (%)": 100 * prefill,
                 "tokens/s": run.tokens_per_s,
                 "x previous": run.tokens_per_s / (runs[i - 1].tokens_per_s if i else base),
                 "x baseline": run.tokens_per_s / base,

@@ -98,11 +98,18 @@ def test_kv_budget_and_roofline_reduce_to_chapter_4s_for_a_catalog_model():
         theirs.bytes_per_token,
     )
     step, ch4 = lv.variant_step_model(base), gm.roofline_step_model("Llama-2-7B")
-    terms = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")
+    terms = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s", "per_seq_memory_s", "overlapped")
     assert [getattr(step, t) for t in terms] == [
         getattr(ch4, t) for t in terms
     ]  # one A100 model for both chapters
+    assert step.overlapped  # the larger of memory time and compute time, as a GPU overlaps them
     assert step.per_seq_s == pytest.approx(2 * 6_738_415_616 / 312e12)  # 43.2 µs of compute per decoded token
+    # 128 sequences of 1,000 cached tokens: reading the weights and the cache (8.67 + 43.2 ms) outlasts the
+    # arithmetic (128 x 43.2 µs = 5.5 ms), so the step is the memory time alone
+    memory = 2 * 6_738_415_616 / 1.555e12 + 128_000 * 524_288 / 1.555e12
+    assert step.predict(128, 128_000, 0) == pytest.approx(memory)
+    # a prefill of 2,048 tokens is the arithmetic alone (88 ms against the weights' 8.67 ms)
+    assert step.predict(1, 0, 2048) == pytest.approx(2049 * 2 * 6_738_415_616 / 312e12)
 
 
 def test_the_state_of_every_schedulable_sequence_is_set_aside():
@@ -119,6 +126,19 @@ def test_the_state_of_every_schedulable_sequence_is_set_aside():
     )
     with pytest.raises(KVLibError, match="no room"):
         lv.variant_kv_budget(lv.base_variant("Llama-2-70B"))
+
+
+def test_compute_shares_are_the_arithmetic_over_the_time_while_requests_wait():
+    variant = lv.lever_chain("Llama-2-7B")[3]
+    requests = lv.chain_trace(200, system_prompt_len=64, max_len=1024)
+    run = lv.serve(variant, requests, max_len=1024, gpu=SMALL_GPU)
+    steps, model = run.steps, lv.variant_step_model(variant, SMALL_GPU)
+    busy = steps["num_waiting"] > 0
+    assert busy.any() and not busy.all()  # the shares count only the steps while requests wait
+    prefill = model.per_prefill_s * steps["prefill_tokens"][busy].sum()
+    compute = model.per_seq_s * steps["num_seqs"][busy].sum() + prefill
+    total = steps["duration_s"][busy].sum()
+    assert lv.compute_shares(variant, run, SMALL_GPU) == pytest.approx((compute / total, prefill / total))
 
 
 def test_max_batch_is_sizings_plus_the_state():
@@ -163,6 +183,15 @@ def test_serving_the_chain_on_a_small_gpu():
     )  # the system prompt is prefilled a few times, not 300
     rows = lv.chain_table(chain, runs, 1024, SMALL_GPU)
     assert [r["step"] for r in rows] == list(range(6)) and rows[0]["x baseline"] == 1.0
+    # each step of the simulator is timed by the variant's roofline: the larger of memory and compute time
+    for variant, run in zip(chain, runs, strict=True):
+        steps, model = run.steps, lv.variant_step_model(variant, SMALL_GPU)
+        predicted = model.predict(steps["num_seqs"], steps["context_tokens"], steps["prefill_tokens"])
+        assert steps["duration_s"] == pytest.approx(predicted)
+    # the compute part of a step never exceeds its duration (up to rounding), and the prompts' part is in it
+    shares = [(r["prefill share of the time (%)"], r["compute share of the time (%)"]) for r in rows]
+    assert all(0 < prefill < compute < 100 + 1e-9 for prefill, compute in shares)
+    assert shares[4][1] == pytest.approx(100)  # paged on this small GPU: every step is bound by arithmetic
     assert rows[3]["max batch at 1,024"] == lv.variant_max_batch(chain[3], 1024, SMALL_GPU)
     assert all(0 < r["budget allocated (%)"] <= 100 for r in rows)
     fig = draw_chain(rows, 1024, max_num_seqs=256)
