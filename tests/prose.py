@@ -199,6 +199,17 @@ NUMBER_WORDS = {
     "fourfold": 4,
     "threefold": 3,
     "twofold": 2,
+    "eleventh": 11,
+    "twelfth": 12,
+    "sixteenth": 16,
+    "sixteenths": 16,
+    "twentieth": 20,
+    "hundredth": 100,
+    "thousandth": 1000,
+    "eighths": 8,
+    "tenths": 10,
+    "fifths": 5,
+    "fourths": 4,
 }
 _WORD = re.compile(r"[A-Za-z]+")
 
