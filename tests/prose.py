@@ -229,6 +229,8 @@ def added_numbers(english: str, translation: str) -> list[str]:
     allowed.update(
         re.findall(r"(?<![\w.])(\d+)(?:st|nd|rd|th|-bit|-layer|-head|-token)\b", english)
     )  # "the 13th"
-    found = Counter(m.group(0) for m in _NUMBER.finditer(prose_only(translation))) - allowed
+    found = (
+        Counter(m.group(0).removesuffix("-bit") for m in _NUMBER.finditer(prose_only(translation))) - allowed
+    )
     found.pop("1", None)
     return sorted(found.elements()) + [f"decimal in math {d}" for d in _math_decimals(translation)]
