@@ -7,8 +7,11 @@ same). Two things get cheaper, and only two:
 
 1. **Prefill.** The cached tokens are not computed again: each saves ``2 x parameters``
    FLOPs (``per_prefill_s`` of :func:`~kvlib.serving.gpu_model.roofline_step_model`,
-   82 us per token for OPT-13B on the A100). Decoding does not get cheaper at all: every
-   output token still reads the K/V of the whole context, shared blocks included.
+   82 us per token for OPT-13B on the A100). In the book's step model a step takes the larger
+   of its memory time and its compute time, so that saving shortens only a step whose compute
+   outweighs its reads: a short prompt beside memory-bound decodes costs nothing to begin with.
+   Decoding does not get cheaper at all: every output token still reads the K/V of the whole
+   context, shared blocks included.
 2. **Memory.** A shared block is stored once for every request that uses it, so more
    requests fit in the KV budget; where memory, not ``max_num_seqs``, limits the batch,
    the batch grows and each step's fixed cost (reading the weights) is split more ways.
@@ -24,22 +27,23 @@ Why users report "no gain" (each visible in the tables):
   last prompt token is always computed (its logits choose the first output token): a
   system prompt of 15 tokens caches nothing, one of 100 tokens before a 1,000-token
   question saves under 10 % of that prefill.
-- **Long outputs.** A request's time is mostly decode steps, which caching does not touch.
-  With ShareGPT-like outputs (338 tokens) the prefill of a 160-token prompt is about 5 % of
-  what the GPU spends on the request, so even a fully cached prompt saves that little,
-  unless the shared blocks also let the batch grow (point 2): measure with a budget as
-  tight as production's, or the memory half of the gain is missed.
+- **Long outputs.** A request's time is mostly decode steps, which caching does not touch,
+  and a short prompt's prefill rides on a decode step's memory reads: even a fully cached
+  prompt saves little compute, unless the shared blocks also let the batch grow (point 2):
+  measure with a budget as tight as production's, or the memory half of the gain is missed.
 - **Eviction.** Freed cached blocks are reused until evicted, least recently freed first.
   When more distinct prefixes are in use (tenants, conversations) than the budget holds
   beside the running requests, a prefix is evicted between two of its requests and
   computed again: the hit rate, and with it the gain, falls (``eviction_table``).
 
-The prediction assumes every shared block is a hit and ignores preemptions' recomputation;
-the measurement has both, which is why the two are set side by side rather than equated.
+The prediction assumes every shared block is a hit, each prompt prefilled in a step of its own,
+and no preemption; the simulation has none of these simplifications, which is why the two are
+set side by side rather than equated.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,9 +113,14 @@ def _prediction(
     (if they do not fit beside more requests than without, no memory is shared). The batch is the
     smallest of: the slots over a request's, ``max_num_seqs``, and the admissions per step times
     the steps a request stays (Little's law; short outputs leave faster than prompts come in).
-    Serving them all takes ``sum(O) / batch`` steps of ``fixed_s``, ``per_seq_s`` per output token,
-    ``per_context_s`` per K/V read (``(O - 1) (P + O / 2)`` per request: decoding reads the shared
-    blocks too) and ``per_prefill_s`` per prompt token computed: ``P`` without caching, ``P - C`` with it.
+    Serving them all takes ``sum(O) / batch`` steps, each timed by the step model's own
+    :meth:`~kvlib.serving.step_time.StepTimeModel.predict` (so an overlapped model takes the larger
+    of a step's memory and compute parts): every step decodes ``batch`` sequences and reads the
+    K/V of their contexts (``(O - 1) (P + O / 2)`` per request over all its steps: decoding reads
+    the shared blocks too); the prompts, in order, are prefilled in as many of those steps as
+    there are requests (one prompt each) or, with fewer steps than requests, spread over all of
+    them. A prompt computes ``P`` tokens without caching, ``P - C`` with it. For a summed model
+    this is the sum of every step's parts, whatever the prompts' spread.
     """
     weights = output / output.sum()
     held_without = float(weights @ (prompt + (output + 1) / 2)) + block_size / 2
@@ -123,14 +132,16 @@ def _prediction(
     batch_with = min(cap, (num_slots - stored_shared) / held_with)
     if batch_with <= batch_without:  # the prefixes do not fit beside more requests: no memory shared
         batch_with, stored_shared, held_with = batch_without, 0, held_without
+    reads = float(((output - 1) * (prompt + output / 2)).sum())  # K/V tokens read over the whole run
 
     def seconds(batch: float, computed) -> float:
-        return float(
-            output.sum() / batch * step_model.fixed_s
-            + step_model.per_seq_s * output.sum()
-            + step_model.per_context_s * ((output - 1) * (prompt + output / 2)).sum()
-            + step_model.per_prefill_s * computed.sum()
-        )
+        steps = float(output.sum()) / batch
+        context = reads / steps  # K/V tokens one step reads
+        admitting = min(len(computed), max(1, math.floor(steps)))  # steps that prefill prompts
+        prefills = np.array([part.sum() for part in np.array_split(computed, admitting)])  # (admitting,)
+        # the steps without a prompt (negative only when the run is under one step: the sum stays exact)
+        plain = (steps - admitting) * float(step_model.predict(batch, context, 0))
+        return plain + float(step_model.predict(batch, context, prefills).sum())
 
     without = seconds(batch_without, prompt)
     return PrefixGain(

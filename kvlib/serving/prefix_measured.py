@@ -1,12 +1,14 @@
-"""Prefix caching measured (chapter 8, "Serving as engines do it now"): the simulator with the cache off
-and on, beside :mod:`kvlib.serving.prefix_gain`'s prediction.
+"""Prefix caching simulated (chapter 8, "Serving as engines do it now"): the simulator with the cache off
+and on, beside :mod:`kvlib.serving.prefix_gain`'s prediction. (The module keeps its older name; what it
+reports is simulated, timed by a step model, not measured on a machine.)
 
 :func:`shared_prefix_trace` puts a shared part in front of every prompt of a saturated
 ShareGPT-like trace (one system prompt, or one of several tenants' prefixes);
-:func:`measured_gain` serves it with the paged policy, caching off then on, on the A100 OPT-13B
-step model and budget (chapter 4); :func:`gain_table` sets prediction and measurement side by side
-over shared lengths and output lengths, :func:`eviction_table` under load with many prefixes,
-where the cache evicts them and the measured gain falls (why users report "no gain": see
+:func:`simulated_gain` serves it with the paged policy, caching off then on, on the A100 OPT-13B
+step model and budget (chapter 4: a step takes the larger of its memory and compute times);
+:func:`gain_table` sets prediction and simulation side by side over shared lengths and output
+lengths, :func:`eviction_table` under load with many prefixes, where the cache evicts them and
+the simulated gain falls (why users report "no gain": see
 :mod:`kvlib.serving.prefix_gain`).
 """
 
@@ -26,8 +28,8 @@ from kvlib.serving.traces import SHAREGPT, Request, TraceSpec, make_trace
 # A ShareGPT-like trace with room for a long system prompt in front of each prompt (tokens).
 LONG_CONTEXT = 4096
 
-# Throughput is measured while requests wait (RunResult.tokens_per_s); a run must spend at least this
-# share of its time so, or the few steps before the queue empties (prefill-heavy) would be all it measures.
+# Throughput is counted while requests wait (RunResult.tokens_per_s); a run must spend at least this
+# share of its time so, or the few steps before the queue empties (prefill-heavy) would be all it counts.
 MIN_SATURATED_SHARE = 0.25
 
 # Token ids of the shared prefixes start here, above the random prompts' ids (vocab_size 512).
@@ -75,7 +77,7 @@ def shared_prefix_trace(
 
 
 @dataclass(frozen=True)
-class MeasuredGain:
+class SimulatedGain:
     """One trace simulated with prefix caching off and on (the paged policy)."""
 
     throughput_ratio: float  # output tokens per second while requests wait, on over off
@@ -88,12 +90,12 @@ class MeasuredGain:
     num_preemptions_with: int  # the same, caching on
 
 
-def measured_gain(
+def simulated_gain(
     requests: list[Request],
     num_slots: int | None = None,
     step_model: StepTimeModel | None = None,
     block_size: int = 16,
-) -> MeasuredGain:
+) -> SimulatedGain:
     """:func:`~kvlib.serving.simulator.simulate` of ``requests`` (paged) with caching off, then on.
 
     A trace that keeps the server saturated for under :data:`MIN_SATURATED_SHARE` of either run
@@ -120,7 +122,7 @@ def measured_gain(
                 f"{len(requests)} requests keep the server saturated for too short a time to measure a "
                 f"throughput (caching {'on' if run is on else 'off'}): pass more requests"
             )
-    return MeasuredGain(
+    return SimulatedGain(
         throughput_ratio=on.tokens_per_s / off.tokens_per_s,
         prefill_saved_share=1 - float(on.steps["prefill_tokens"].sum() / off.steps["prefill_tokens"].sum()),
         batch_without=off.mean_batch,
@@ -130,17 +132,17 @@ def measured_gain(
     )
 
 
-def _row(label: dict, predicted: PrefixGain, measured: MeasuredGain) -> dict:
+def _row(label: dict, predicted: PrefixGain, simulated: SimulatedGain) -> dict:
     return {
         **label,
         "cached share of the prompt (%)": 100 * predicted.shared_fraction,
         "predicted: compute saved at equal batch (%)": 100 * predicted.prefill_share_saved,
         "predicted: KV memory saved (%)": 100 * predicted.memory_saved_share,
         "predicted: batch off -> on": f"{predicted.batch_without:.1f} -> {predicted.batch_with:.1f}",
-        "measured: batch off -> on": f"{measured.batch_without:.1f} -> {measured.batch_with:.1f}",
+        "simulated: batch off -> on": f"{simulated.batch_without:.1f} -> {simulated.batch_with:.1f}",
         "predicted: throughput on / off": predicted.throughput_ratio,
-        "measured: throughput on / off": measured.throughput_ratio,
-        "measured: prefill tokens saved (%)": 100 * measured.prefill_saved_share,
+        "simulated: throughput on / off": simulated.throughput_ratio,
+        "simulated: prefill tokens saved (%)": 100 * simulated.prefill_saved_share,
     }
 
 
@@ -151,7 +153,7 @@ def gain_table(
     num_slots: int | None = None,
     step_model: StepTimeModel | None = None,
 ) -> list[dict]:
-    """Predicted against measured, one row per shared length and mean output length (ShareGPT-like
+    """Predicted against simulated, one row per shared length and mean output length (ShareGPT-like
     prompts, a saturated server, the A100 OPT-13B model and budget by default; chapter 8)."""
     step_model, num_slots = step_model_and_budget(step_model, num_slots)
     rows = []
@@ -162,7 +164,7 @@ def gain_table(
             requests = shared_prefix_trace(num_requests, shared_len, spec)
             predicted = predict_trace(requests, shared_len, step_model, num_slots)
             label = {"shared tokens": shared_len, "mean output": predicted.mean_output_len}
-            rows.append(_row(label, predicted, measured_gain(requests, num_slots, step_model)))
+            rows.append(_row(label, predicted, simulated_gain(requests, num_slots, step_model)))
     return rows
 
 
@@ -176,7 +178,7 @@ def eviction_table(
     """The gain when the cache must hold ``num_prefixes`` distinct shared parts (tenants), in a
     budget under load (default: a third of the A100's). Where the prefixes in use do not fit
     beside the running requests, a prefix is evicted between two of its requests and computed
-    again: the measured prefill saving falls below the cached share that the prediction assumes
+    again: the simulated prefill saving falls below the cached share that the prediction assumes
     (every shared block a hit), and the gain falls with it (chapter 8). The prediction stores all
     ``num_prefixes`` once, or, when they do not fit, shares no memory and keeps the compute half."""
     step_model, full = step_model_and_budget(step_model, None)
@@ -186,20 +188,21 @@ def eviction_table(
             requests = shared_prefix_trace(num_requests, shared_len, num_prefixes=count)
             predicted = predict_trace(requests, shared_len, step_model, num_slots, num_prefixes=count)
             label = {"KV slots": num_slots, "distinct prefixes": count, "prefix slots": count * shared_len}
-            rows.append(_row(label, predicted, measured_gain(requests, num_slots, step_model)))
+            rows.append(_row(label, predicted, simulated_gain(requests, num_slots, step_model)))
     return rows
 
 
 def bench() -> dict:
     """Prefix caching's benchmarks for ``python -m kvlib bench`` (chapter 8): ShareGPT-like requests
-    behind a 1,024-token system prompt, predicted and measured, and under eviction."""
+    behind a 1,024-token system prompt, predicted and simulated, and under eviction (the keys keep their
+    older names: ``measured`` there means simulated)."""
     predicted = predicted_gain(0.5, 2 * 161, 338)
     requests = shared_prefix_trace(96, 1024)
-    measured = measured_gain(requests)
+    simulated = simulated_gain(requests)
     evicted = eviction_table(num_prefixes=(16,))[0]
     return {
         "prefix_predicted_compute_saved_half_shared": round(predicted.prefill_share_saved, 4),
         "prefix_predicted_throughput_ratio_1024": round(predict_trace(requests, 1024).throughput_ratio, 3),
-        "prefix_measured_throughput_ratio_1024": round(measured.throughput_ratio, 3),
-        "prefix_measured_throughput_ratio_evicted": round(evicted["measured: throughput on / off"], 3),
+        "prefix_measured_throughput_ratio_1024": round(simulated.throughput_ratio, 3),
+        "prefix_measured_throughput_ratio_evicted": round(evicted["simulated: throughput on / off"], 3),
     }

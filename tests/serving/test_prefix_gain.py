@@ -1,5 +1,5 @@
-"""Prefix caching predicted and measured (kvlib.serving.prefix_gain and prefix_measured, chapter 8): hits
-by hand, the compute and memory halves of the gain by hand, and the simulator's measurement beside them."""
+"""Prefix caching predicted and simulated (kvlib.serving.prefix_gain and prefix_measured, chapter 8): hits
+by hand, the compute and memory halves of the gain by hand, and the simulator's result beside them."""
 
 import pytest
 from hypothesis import given, settings
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from kvlib import KVLibError
 from kvlib.serving.gpu_model import roofline_step_model
 from kvlib.serving.prefix_gain import admissions_per_step, predict_trace, predicted_gain, prefix_hit_tokens
-from kvlib.serving.prefix_measured import eviction_table, gain_table, measured_gain, shared_prefix_trace
+from kvlib.serving.prefix_measured import eviction_table, gain_table, shared_prefix_trace, simulated_gain
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.traces import SHAREGPT, TraceSpec, make_trace
 
@@ -39,6 +39,18 @@ def test_the_compute_half_saves_the_cached_prefill_only():
     assert predicted_gain(0.5, 320, 160, with_decode, num_slots=BIG).prefill_share_saved == pytest.approx(
         1 - 320 / 480
     )
+
+
+def test_an_overlapped_step_model_saves_compute_only_where_a_step_is_bound_by_it():
+    # 1 s of memory per step; 256 prompts of 320 tokens, 160 outputs each: 160 steps of 256 decodes, the
+    # prompts spread over all of them (96 steps prefill two, 64 steps one)
+    cheap = StepTimeModel(1.0, 0.0, 0.0, 1e-3, overlapped=True)  # two prompts compute 0.64 s: under 1 s
+    assert predicted_gain(0.5, 320, 160, cheap, num_slots=BIG).prefill_share_saved == 0.0
+    dear = StepTimeModel(1.0, 0.0, 0.0, 1e-2, overlapped=True)  # one prompt computes 3.2 s: over 1 s
+    without = 96 * 6.4 + 64 * 3.2  # every step bound by its compute
+    with_cache = 96 * 3.2 + 64 * 1.6  # 160 of each prompt's 320 tokens cached: still over 1 s
+    gain = predicted_gain(0.5, 320, 160, dear, num_slots=BIG)
+    assert gain.prefill_share_saved == pytest.approx(1 - with_cache / without)
 
 
 def test_the_memory_half_grows_the_batch_by_the_shared_blocks():
@@ -82,29 +94,29 @@ def test_the_trace_has_its_shared_parts_in_front():
 
 def test_the_simulator_measures_a_gain_where_the_prediction_expects_one():
     requests = shared_prefix_trace(96, 256)
-    measured, predicted = measured_gain(requests), predict_trace(requests, 256)
-    assert measured.prefill_saved_share > 0.4 and predicted.shared_fraction > 0.5
-    assert measured.throughput_ratio > 1.2 and predicted.throughput_ratio > 1.2
-    assert measured.batch_with > 1.3 * measured.batch_without
+    simulated, predicted = simulated_gain(requests), predict_trace(requests, 256)
+    assert simulated.prefill_saved_share > 0.4 and predicted.shared_fraction > 0.5
+    assert simulated.throughput_ratio > 1.2 and predicted.throughput_ratio > 1.2
+    assert simulated.batch_with > 1.3 * simulated.batch_without
 
 
 def test_short_outputs_gain_more_than_long_ones_in_the_table():
     (short,) = gain_table(shared_lens=(256,), mean_outputs=(16.0,))
     long = predict_trace(shared_prefix_trace(96, 256), 256)
     assert short["predicted: compute saved at equal batch (%)"] > 5 * 100 * long.prefill_share_saved
-    assert short["measured: throughput on / off"] > 1.3 and short["shared tokens"] == 256
+    assert short["simulated: throughput on / off"] > 1.3 and short["shared tokens"] == 256
 
 
 def test_too_few_requests_to_saturate_are_refused():
     with pytest.raises(KVLibError, match="saturated"):
-        measured_gain(shared_prefix_trace(24, 512))  # with caching on all 24 fit at once
+        simulated_gain(shared_prefix_trace(24, 512))  # with caching on all 24 fit at once
 
 
 @pytest.mark.slow
 def test_evicted_prefixes_lose_the_gain():
     one, many = eviction_table()  # 1 and 16 prefixes of 256 tokens in a third of the A100's budget
-    assert many["measured: prefill tokens saved (%)"] < one["measured: prefill tokens saved (%)"] - 10
-    assert many["measured: throughput on / off"] < one["measured: throughput on / off"] - 0.2
+    assert many["simulated: prefill tokens saved (%)"] < one["simulated: prefill tokens saved (%)"] - 10
+    assert many["simulated: throughput on / off"] < one["simulated: throughput on / off"] - 0.2
     assert many["cached share of the prompt (%)"] == one["cached share of the prompt (%)"]
 
 
