@@ -12,9 +12,9 @@ from kvlib.plotting.engines import draw_break_even, draw_chunked_tradeoff
 from kvlib.serving.swap_analysis import BreakEven
 
 
-def test_chunked_tradeoff_draws_each_model_in_budget_order_with_off_last():
+def test_chunked_tradeoff_draws_each_series_in_budget_order_with_off_last():
     rows = [
-        {"step model": m, "budget": b, "ttft_p99_s": t, "itl_p99_s": g}
+        {"series": m, "budget": b, "ttft_p99_s": t, "itl_p99_s": g}
         for m in ("sum", "max")
         for b, t, g in (("off", 4.0, 0.04), (256, 3.0, 0.02), (512, 3.5, 0.03))
     ]
@@ -24,6 +24,7 @@ def test_chunked_tradeoff_draws_each_model_in_budget_order_with_off_last():
     first = left.lines[0]
     assert list(first.get_xdata()) == [0, 1, 2] and list(first.get_ydata()) == [3.0, 3.5, 4.0]
     assert list(right.lines[0].get_ydata()) == [20.0, 30.0, 40.0]  # milliseconds
+    assert [line.get_label() for line in right.lines] == ["sum", "max"] and left.get_yscale() == "log"
     plt.close(fig)
 
 

@@ -10,24 +10,27 @@ from kvlib.plotting.common import axes
 
 
 def draw_chunked_tradeoff(rows: list[dict]):
-    """p99 time to first token and p99 gap between tokens against the token budget of a step.
+    """p99 time to first token and p99 inter-token latency (ITL) against the token budget of a step.
 
-    ``rows``: dicts with "step model", "budget" ("off" or a number of tokens), "ttft_p99_s" and
-    "itl_p99_s" (:func:`kvlib.serving.chunked_prefill.chunked_prefill_sweep`'s rows, labelled);
-    "off" is drawn at the right, beyond the largest budget: a step then takes every prompt whole.
+    ``rows``: dicts with "series" (a label: a step model and a request rate), "budget" ("off" or a
+    number of tokens), "ttft_p99_s" and "itl_p99_s"
+    (:func:`kvlib.serving.chunked_prefill.chunked_prefill_sweep`'s rows, labelled); one line per
+    series. "off" is drawn at the right, beyond the largest budget: a step then takes every prompt
+    whole. TTFT is drawn on a log scale: past saturation it grows by orders of magnitude.
     """
-    models = list(dict.fromkeys(r["step model"] for r in rows))
+    series = list(dict.fromkeys(r["series"] for r in rows))
     budgets = [b for b in dict.fromkeys(r["budget"] for r in rows) if b != "off"]
     positions = {b: i for i, b in enumerate([*budgets, "off"])}
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.2, 3.6), layout="constrained")
-    for model, style in zip(models, ("o-", "s--", "^:"), strict=False):
-        mine = sorted((r for r in rows if r["step model"] == model), key=lambda r: positions[r["budget"]])
+    for name, style in zip(series, ("o-", "s-", "^--", "v:"), strict=False):
+        mine = sorted((r for r in rows if r["series"] == name), key=lambda r: positions[r["budget"]])
         x = [positions[r["budget"]] for r in mine]
-        left.plot(x, [r["ttft_p99_s"] for r in mine], style, label=model)
-        right.plot(x, [1e3 * r["itl_p99_s"] for r in mine], style, label=model)
+        left.plot(x, [r["ttft_p99_s"] for r in mine], style, label=name)
+        right.plot(x, [1e3 * r["itl_p99_s"] for r in mine], style, label=name)
+    left.set_yscale("log")
     for ax, title, ylabel in (
-        (left, "time to first token", "TTFT p99 (s)"),
-        (right, "gap between two tokens of a request", "inter-token gap p99 (ms)"),
+        (left, "time to first token", "TTFT p99 (s, log scale)"),
+        (right, "gap between two tokens of a request", "ITL p99 (ms)"),
     ):
         ax.set_xticks(list(positions.values()), [str(b) for b in positions])
         ax.set_xlabel("tokens per step (--max-num-batched-tokens)")

@@ -180,7 +180,7 @@ class Handoff:
     kv_bytes: int  # prompt_len x bytes per token: the whole request's K/V, all layers
     kv_bytes_per_gpu: int  # what each GPU of the tensor-parallel group sends: its KV heads' share
     transfer_s: float  # kv_bytes_per_gpu / the link's bytes per second (every GPU sends at once)
-    prefill_s: float  # the prompt's prefill on the group: roofline (weights read + 2 x params x tokens) / TP
+    prefill_s: float  # the prompt's prefill on the group: the larger of its weight read and its FLOPs, / TP
     link: str  # the link's name
     gpu: str  # the GPUs' name
 

@@ -3,7 +3,10 @@
 A preempted request of ``L`` tokens costs, when it resumes:
 
 - by recomputation, a prefill of its ``L`` tokens inside a step: ``per_seq_s + L x per_prefill_s``
-  of the step model (:func:`kvlib.serving.gpu_model.roofline_step_model`);
+  of the step model (:func:`kvlib.serving.gpu_model.roofline_step_model`), its compute at peak:
+  what it adds to a step bound by compute. The book's step model takes the larger of a step's
+  memory and compute times, so in a decode step bound by memory a short recomputation adds
+  nothing until its compute outlasts the reads (:func:`free_prefill_tokens`);
 - by swapping, two copies over the host link, out and back in:
   ``2 x (per_transfer_s + L x bytes_per_token / bandwidth)`` (:class:`~kvlib.serving.swap.SwapTimeModel`).
 
@@ -104,6 +107,30 @@ def break_even(step_model: StepTimeModel | None = None, swap_model: SwapTimeMode
         swap_per_token_s=2 * swap_model.bytes_per_token / swap_model.bandwidth,
         tie_bandwidth=2 * swap_model.bytes_per_token / step_model.per_prefill_s,
     )
+
+
+def free_prefill_tokens(
+    step_model: StepTimeModel | None = None, num_seqs: int = 0, context_tokens: int = 0
+) -> float:
+    """Prompt tokens a step of ``num_seqs`` decodes reading ``context_tokens`` cached tokens can prefill
+    before its compute outlasts its memory reads, under an overlapped step model (default: OPT-13B on
+    the A100): ``(memory part - the decodes' compute) / per_prefill_s``. With no decodes, the tokens
+    whose FLOPs take as long as one read of the weights. 0 for a summed model: every token adds."""
+    step_model = roofline_step_model() if step_model is None else step_model
+    if not isinstance(step_model, StepTimeModel):
+        raise KVLibError(f"step_model must be a StepTimeModel, not {type(step_model).__name__}")
+    num_seqs = require_count(num_seqs, "num_seqs", 0)
+    context_tokens = require_count(context_tokens, "context_tokens", 0)
+    if not step_model.overlapped:
+        return 0.0
+    if step_model.per_prefill_s <= 0:
+        return math.inf
+    memory = (
+        step_model.fixed_s
+        + step_model.per_context_s * context_tokens
+        + step_model.per_seq_memory_s * num_seqs
+    )
+    return max(0.0, (memory - step_model.per_seq_s * num_seqs) / step_model.per_prefill_s)
 
 
 def swap_vs_recompute_break_even_tokens(

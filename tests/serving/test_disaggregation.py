@@ -68,7 +68,8 @@ def test_for_long_prompts_the_ratio_is_bytes_times_flops_over_parameters_times_l
     closed_form = PER_TOKEN * H100_FLOPS / (2 * PARAMS * 50e9)  # 400 Gb/s: 0.046
     for tp in (2, 4, 8):
         ratio = pd_transfer(prompt_len=32_768, link="400 Gb/s IB/RoCE", tensor_parallel_size=tp).ratio
-        assert 0.95 * closed_form < ratio < closed_form  # the sequence's own token makes the prefill a bit longer
+        # the sequence's own token makes the prefill a bit longer
+        assert 0.95 * closed_form < ratio < closed_form
 
 
 def test_slower_links_and_faster_gpus_make_the_handoff_weigh_more():

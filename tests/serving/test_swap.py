@@ -16,7 +16,12 @@ from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.swap import HostPool, SwapTimeModel
-from kvlib.serving.swap_analysis import a100_swap_model, break_even, swap_vs_recompute_break_even_tokens
+from kvlib.serving.swap_analysis import (
+    a100_swap_model,
+    break_even,
+    free_prefill_tokens,
+    swap_vs_recompute_break_even_tokens,
+)
 from kvlib.serving.traces import Request, TraceSpec, make_trace
 
 MODEL = TinyLlama(
@@ -162,3 +167,16 @@ def test_the_a100_link_moves_opt_13b_tokens_of_800_kb():
     assert swap_vs_recompute_break_even_tokens() == pytest.approx(break_even().crossing_tokens)
     with pytest.raises(KVLibError, match="bandwidth"):
         a100_swap_model(bandwidth=0)
+
+
+def test_a_memory_bound_step_prefills_free_until_its_compute_outlasts_its_reads():
+    # memory: 1 + 0.01 x 10 = 1.1 s; the decodes compute 2 x 0.1 = 0.2 s; the slack, 0.9 s, at 0.05 s a token
+    step = StepTimeModel(1.0, 0.1, 0.01, 0.05, overlapped=True)
+    assert free_prefill_tokens(step, num_seqs=2, context_tokens=10) == pytest.approx(18.0)
+    assert free_prefill_tokens(step) == pytest.approx(20.0)  # no decodes: the weights' read alone
+    assert free_prefill_tokens(step, num_seqs=20) == 0.0  # the decodes alone are bound by compute
+    assert free_prefill_tokens(StepTimeModel(1.0, 0.1, 0.01, 0.05)) == 0.0  # summed: every token adds
+    # OPT-13B on the A100: one read of the 26 GB of weights takes the compute of about 200 prompt tokens
+    assert free_prefill_tokens() == pytest.approx((2 * 13e9 / 1.555e12) / (2 * 13e9 / 312e12), rel=0.01)
+    with pytest.raises(KVLibError, match="num_seqs"):
+        free_prefill_tokens(step, num_seqs=-1)
