@@ -1,4 +1,4 @@
-"""Chunked prefill's trade-off (chapter 8): the per-step token budget against TTFT and TPOT, and ``bench()``.
+"""Chunked prefill's trade-off (chapter 8): the token budget per step against TTFT, TPOT and ITL; ``bench()``.
 
 Without chunks a step that admits a long prompt computes all of it, and every running
 request waits for that step: its next token comes late. Sarathi-Serve (Agrawal et al. 2024)
@@ -6,11 +6,15 @@ splits prompts into chunks that fit a budget of tokens per step beside the decod
 ``--enable-chunked-prefill`` with ``--max-num-batched-tokens``; the scheduler's
 :class:`~kvlib.serving.scheduler.SchedulerConfig`): a smaller budget bounds every step and
 so the gaps between tokens, but a prompt takes more steps to finish, so its first token
-comes later. :func:`chunked_prefill_sweep` measures both on the A100 OPT-13B model
-(:func:`kvlib.serving.gpu_model.roofline_step_model`) over a ShareGPT-like trace at one
-request rate: TTFT and TPOT at p50 and p99 (:func:`kvlib.serving.latency.latency_summary`)
-and the gaps between tokens (:func:`inter_token_latencies`). :func:`bench` also checks
-that the real engine generates the same tokens with and without chunks.
+comes later. :func:`chunked_prefill_sweep` simulates both on the A100 OPT-13B step model
+(:func:`kvlib.serving.gpu_model.roofline_step_model`: a step takes the larger of its memory and
+compute times, so a chunk rides free on a memory-bound decode step; ``overlapped=False`` adds
+them, chapter 8's contrast) over a ShareGPT-like trace at one request rate: TTFT and TPOT at
+p50 and p99 over requests (:func:`kvlib.serving.latency.latency_summary`), and the p99 of the
+inter-token latency (ITL) over every gap between two tokens (:func:`inter_token_latencies`),
+which vLLM's benchmark reports apart from TPOT: a request's TPOT is the mean of its gaps, so
+one long step in a few hundred hardly moves it, while the ITL's p99 sees it. :func:`bench`
+also checks that the real engine generates the same tokens with and without chunks.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ def chunked_prefill_sweep(
     """TTFT, TPOT and inter-token latency (p50/p99, seconds) for each token budget, one row each.
 
     The same ``num_requests`` requests of ``spec`` arrive at ``rate`` per second (Poisson,
-    ``seed``) under the ``paged`` policy; ``step_model`` defaults to the A100 OPT-13B roofline,
+    ``seed``) under the ``paged`` policy; ``step_model`` defaults to the A100 OPT-13B roofline (overlapped),
     ``num_slots`` to its KV budget (:func:`kvlib.serving.gpu_model.kv_budget`). A budget is
     ``None`` (no chunking) or an integer >= ``max_num_seqs`` (as vLLM requires).
     """
@@ -134,11 +138,11 @@ def tokens_identical_with_chunks(model=None, budget: int = 8, num_requests: int 
 
 
 def bench(budget: int = 512, rate: float = SWEEP_RATE) -> dict:
-    """Chapter 8's chunked-prefill benchmarks: p99 latencies with ÷ without chunks on the A100 model
-    (ShareGPT-like trace at ``rate``, token budget ``budget``), the same near saturation (4 requests/s,
-    256 tokens) with the overlapped step model (a step takes the larger of its memory and compute
-    times, where chunks ride on memory-bound decodes, as Sarathi-Serve argues), and the real
-    engine's tokens."""
+    """Chapter 8's chunked-prefill benchmarks (simulated): p99 latencies with ÷ without chunks under the
+    summed A100 step model, the contrast (ShareGPT-like trace at ``rate``, token budget ``budget``); the
+    same near saturation (4 requests/s, 256 tokens) under the book's overlapped step model (a step takes
+    the larger of its memory and compute times, where chunks ride on memory-bound decodes, as
+    Sarathi-Serve argues); and the real engine's tokens."""
     summed = roofline_step_model(overlapped=False)
     off, on = chunked_prefill_sweep((None, budget), rate=rate, step_model=summed, progress=False)
     busy_off, busy_on = chunked_prefill_sweep(
