@@ -8,8 +8,9 @@ every step of a greedy generation: without a cache, step t runs the model over a
 tokens; with one, over the newest token only, against t stored keys.
 
 A FLOP count predicts a speedup of about n / 2 at n tokens, far more than a small model
-shows. :func:`fit_step_time` adds the missing term, a fixed cost per step (launching
-the operations and reading every weight once): step time = overhead + FLOPs / rate.
+shows. :func:`fit_flop_time` adds the missing term, a fixed cost per step (launching
+the operations and reading every weight once): step time = overhead + FLOPs / rate, and
+:func:`overhead_for_speedup` says how large that fixed cost must be for a given speedup.
 :func:`growth_exponent` fits how total time grows with length on a log-log scale.
 
 :func:`concat_copy_table` asks when the concatenation trap matters for real models: a
@@ -110,6 +111,27 @@ def fit_flop_time(flops: np.ndarray, seconds: np.ndarray) -> FlopTimeModel:
     if seconds_per_flop <= 0:
         raise KVLibError("the measured step times do not grow with FLOPs; cannot fit a rate")
     return FlopTimeModel(float(overhead), float(1.0 / seconds_per_flop))
+
+
+def overhead_for_speedup(
+    config: ModelConfig, num_new: int, speedup: float, prompt_len: int = 1, batch: int = 1
+) -> float:
+    """The fixed cost per step, counted in FLOPs at the arithmetic rate (overhead_s x flops_per_s),
+    at which overhead + FLOPs / rate predicts exactly ``speedup`` over ``num_new`` steps.
+
+    With o x r = w, the prediction is (n w + F_none) / (n w + F_cache) (FLOPs summed over the n
+    steps, :func:`step_flops`); it equals s at w = (F_none - s F_cache) / ((s - 1) n), and falls
+    below s for any larger fixed cost. Exact arithmetic on the FLOP counts.
+    """
+    if not speedup > 1:
+        raise KVLibError(f"speedup must exceed 1 (a cache that saves something), not {speedup!r}")
+    none = step_flops(config, num_new, False, prompt_len, batch).sum()
+    cached = step_flops(config, num_new, True, prompt_len, batch).sum()
+    if none <= speedup * cached:
+        raise KVLibError(
+            f"the FLOP ratio {none / cached:.3g} does not reach {speedup}: no fixed cost gives it"
+        )
+    return float((none - speedup * cached) / ((speedup - 1) * num_new))
 
 
 def growth_exponent(lengths, totals) -> float:

@@ -2,10 +2,11 @@
 
 :func:`race` runs several :class:`~kvlib.cache.generation.Decoder` modes side by side on the
 same prompt. At every step each mode generates its next token and the step is timed with
-:func:`~kvlib.measure.timing.time_it`; the modes take turns going first, so a burst of load
-from other programs falls on both. One run to N tokens gives the totals for every
-shorter length too (the first n steps of a greedy run do not depend on N), the
-per-token latency at every position, and a check that every mode chose the same
+:func:`~kvlib.measure.timing.time_it`, by :func:`~kvlib.measure.timing.clock_for` (on one CPU
+thread the thread's CPU time, which another program's turns on the core do not stretch); the
+modes take turns going first, so a stretch of load falls on both. One run to N tokens gives
+the totals for every shorter length too (the first n steps of a greedy run do not depend on
+N), the per-token latency at every position, and a check that every mode chose the same
 tokens from logits that agree to rounding error. :func:`time_passes` and
 :func:`estimated_total_s` extend the no-cache totals past the raced length.
 
@@ -27,7 +28,7 @@ from kvlib.cache.concat_trap import trap_lengths
 from kvlib.cache.costmodel import forward_flops
 from kvlib.cache.generation import MODES, Decoder
 from kvlib.measure.probes import launch_overhead_s, matmul_gflops
-from kvlib.measure.timing import pick_device, time_it, torch_threads
+from kvlib.measure.timing import clock_for, pick_device, time_it, torch_threads
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 
@@ -69,9 +70,9 @@ class NoCacheSetup:
 
 
 # CPU: one sequence; 2 layers of width 384 (6 query heads sharing 2 K/V heads): 400 tokens
-# without a cache take a few seconds, and a cached step (about 0.6 ms on the lean pass of
-# kvlib.model.lean) is mostly reading 13.5 MiB of weights plus the fixed cost of ~65 small
-# operations.
+# without a cache take seconds on one core, and a cached step is mostly reading 12.8 MiB of
+# float32 weights (kvlib.cache.step_roofline.step_work counts them) plus the fixed cost of the
+# lean pass's ~70 small operations (kvlib.model.lean).
 CPU_CONFIG = ModelConfig(d_model=384, num_layers=2, num_heads=6, num_kv_heads=2, d_ff=1024)
 
 # GPU: a cached step of a tiny model costs the launch time of its few dozen kernels whatever the
@@ -207,7 +208,9 @@ def race(
     """Generate ``num_new`` tokens in every mode, in lockstep, timing each step of each mode.
 
     ``warmup`` untimed steps of every mode run first (on a copy of the race), so that the
-    first timed step does not pay for memory allocation and library start-up.
+    first timed step does not pay for memory allocation and library start-up. Steps are timed
+    by :func:`~kvlib.measure.timing.clock_for` the prompt's device and torch's thread count: on
+    one CPU thread (numba's kernels follow torch's count) the thread's CPU time.
     """
     modes = tuple(modes)
     if not modes or len(set(modes)) != len(modes) or not set(modes) <= set(MODES):
@@ -217,6 +220,7 @@ def race(
             for _ in range(warmup):
                 decoder.step()
     decoders = [Decoder(model, prompt, num_new, mode) for mode in modes]
+    clock = clock_for(prompt.device, torch.get_num_threads())
     step_s = {mode: np.zeros(num_new) for mode in modes}
     cache_bytes = {m: np.zeros(num_new, dtype=np.int64) for m in modes if m != "none"}
     bytes_copied = {m: np.zeros(num_new, dtype=np.int64) for m in modes if m == "concat"}
@@ -232,6 +236,7 @@ def race(
                 repeats=1,
                 warmup=0,
                 device=prompt.device,
+                clock=clock,
             )
             step_s[modes[i]][step] = timing.median_s
             logits[i] = out["logits"]
@@ -255,21 +260,31 @@ def race(
 
 
 @torch.inference_mode()
-def time_passes(model: TinyLlama, tokens: torch.Tensor, lengths, device=None) -> np.ndarray:
-    """Seconds of one no-cache pass over the first t tokens, for each t in ``lengths``.
+def time_passes(model: TinyLlama, tokens: torch.Tensor, lengths, device=None, repeats: int = 3) -> np.ndarray:
+    """Seconds of one no-cache pass over the first t tokens, for each t in ``lengths``: the fastest
+    of ``repeats`` passes, by the clock :func:`race` uses.
 
     Such a pass is exactly what step t of generation without a cache runs, and it depends
     only on the tokens so far, so it can be timed at a few lengths of a long sequence
-    instead of at every step (chapter 1 does this past 400 tokens).
+    instead of at every step (chapter 1 does this past 400 tokens). Unlike a step of the race it
+    changes nothing, so it can be repeated, and the fastest pass is the least disturbed.
     """
     if any(not 1 <= t <= tokens.shape[1] for t in lengths):
         raise KVLibError(f"pass lengths must lie between 1 and {tokens.shape[1]} (the tokens given)")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise KVLibError(f"repeats must be a positive integer, not {repeats!r}")
+    device = tokens.device if device is None else torch.device(device)
+    clock = clock_for(device, torch.get_num_threads())
     model(tokens[:, :1], last_only=True)  # warm-up
     return np.array(
         [
             time_it(
-                lambda t=t: model(tokens[:, :t], last_only=True), repeats=1, warmup=0, device=device
-            ).median_s
+                lambda t=t: model(tokens[:, :t], last_only=True),
+                repeats=repeats,
+                warmup=0,
+                device=device,
+                clock=clock,
+            ).min_s
             for t in lengths
         ]
     )

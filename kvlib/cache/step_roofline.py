@@ -3,9 +3,10 @@
 A decode step of :class:`~kvlib.model.llama.TinyLlama` must read every weight once and the
 K/V of every stored token, and do two FLOPs per weight and per stored K/V element per query
 head. Its roofline bound is the larger of those bytes over the DRAM bandwidth and those
-FLOPs over the matmul peak, both measured by :mod:`kvlib.measure.probes` at the thread
-count the step runs on; whatever a step takes beyond the bound is overhead (dispatching
-the step's operators from Python, memory the step allocates, kernels below their peak).
+FLOPs over the matmul peak, both measured at the thread count the step runs on and by the
+clock it is timed by (:func:`step_bandwidth`, :func:`matmul_probe`); whatever a step takes
+beyond the bound is overhead (dispatching the step's operators from Python, memory the step
+allocates, kernels below their peak).
 
 :func:`step_work` counts the bytes and FLOPs (pure arithmetic), :func:`count_step_ops`
 counts the operators one step dispatches and how many of them allocate, and
@@ -14,7 +15,9 @@ returns a :class:`StepRoofline`: by default the lean step (:mod:`kvlib.model.lea
 projections, about half the operators), or with ``lean=False`` the same step through the
 model's modules, so that chapter 1 can show what the lean step saves. A tiny model's
 weights may fit in the last-level cache (``StepRoofline.fits_llc``), in which case a step
-can beat the DRAM bound.
+need not read DRAM at all: so the bandwidth of the bound is that of a buffer of the step's own
+size read again and again (:func:`step_bandwidth`), which streams from wherever that many bytes
+stay between two reads, a cache level or DRAM, as the step's weights do between two steps.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from kvlib import KVLibError
 from kvlib.cache.costmodel import forward_flops
 from kvlib.cache.generation import Decoder
 from kvlib.measure.hardware import cache_info
-from kvlib.measure.probes import Bandwidth, Compute, matmul_gflops, memory_bandwidth
-from kvlib.measure.timing import clock_for, time_it, torch_threads
+from kvlib.measure.probes import Bandwidth, Compute, memory_bandwidth
+from kvlib.measure.timing import clock_for, pick_device, time_it, torch_threads
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 
@@ -68,13 +71,60 @@ def step_work(config: ModelConfig, num_keys: int, batch: int = 1, dtype=torch.fl
     )
 
 
+def step_bandwidth(
+    num_bytes: int, device: torch.device | str | None = None, threads: int | None = 1, repeats: int = 7
+) -> Bandwidth:
+    """The rate at which ``num_bytes`` stream when read again and again, at ``threads`` torch
+    threads: :func:`~kvlib.measure.probes.memory_bandwidth` of a buffer of that size (at least
+    4 KiB), timed by :func:`~kvlib.measure.timing.clock_for` (on one CPU thread its CPU time).
+
+    A decode step reads the same weights at every step; between two steps they stay in the cache
+    level that holds that many bytes, or in DRAM, and so does this buffer between two reads. Its
+    rate is thus the memory roof for a step of ``num_bytes`` on any machine, whether or not the
+    step fits the last-level cache (chapter 0's DRAM probe would be the wrong roof for one that does).
+    """
+    if not isinstance(num_bytes, int) or num_bytes < 1:
+        raise KVLibError(f"num_bytes must be a positive integer, not {num_bytes!r}")
+    device = pick_device() if device is None else torch.device(device)
+    threads = threads if device.type == "cpu" else None
+    size = max(4096, -(-num_bytes // 4) * 4)  # whole float32 elements, at least the probe's minimum
+    return memory_bandwidth(size, device, repeats=repeats, threads=threads, clock=clock_for(device, threads))
+
+
+def matmul_probe(
+    device: torch.device | str | None = None,
+    threads: int | None = 1,
+    repeats: int = 15,
+    size: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Compute:
+    """Chapter 0's matmul probe (the product and size of :func:`~kvlib.measure.probes.matmul_gflops`),
+    timed by the clock the chapter times its steps by (:func:`~kvlib.measure.timing.clock_for`): on
+    one CPU thread its CPU time, which another program's turns on the core do not stretch, so a
+    busy machine cannot make the probe read low (a floor computed from it would then read high)."""
+    device = pick_device() if device is None else torch.device(device)
+    threads = threads if device.type == "cpu" else None
+    size = size or (8192 if device.type == "cuda" else 1024)
+    if not isinstance(size, int) or size < 16:
+        raise KVLibError(f"size must be an integer of at least 16, not {size!r}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise KVLibError(f"repeats must be a positive integer, not {repeats!r}")
+    generator = torch.Generator(device).manual_seed(0)
+    a = torch.empty(size, size, device=device, dtype=dtype).uniform_(-1, 1, generator=generator)
+    with torch_threads(threads):
+        timing = time_it(
+            lambda: a @ a, repeats=repeats, warmup=2, device=device, clock=clock_for(device, threads)
+        )
+    return Compute(str(device), size, str(dtype).removeprefix("torch."), timing, threads)
+
+
 @dataclass(frozen=True)
 class StepRoofline:
     """Measured seconds per decode step beside the step's roofline bound (:func:`measure_decode_step`)."""
 
     step_s: float  # seconds per decode step (fastest sample)
     work: StepWork  # bytes and FLOPs of one step
-    bandwidth_bytes_per_s: float  # DRAM probe, same thread count
+    bandwidth_bytes_per_s: float  # step_bandwidth: a buffer of the step's size, same thread count
     peak_flops_per_s: float  # matmul probe, same thread count
     threads: int | None  # torch threads of the step and the probes (None on a GPU)
     num_ops: int  # aten operators one step dispatches
@@ -84,7 +134,7 @@ class StepRoofline:
 
     @property
     def memory_s(self) -> float:
-        """Seconds to move the step's bytes at the DRAM probe's rate."""
+        """Seconds to move the step's bytes at the probe's rate (:func:`step_bandwidth`)."""
         return self.work.num_bytes / self.bandwidth_bytes_per_s
 
     @property
@@ -99,12 +149,13 @@ class StepRoofline:
 
     @property
     def roofline_fraction(self) -> float:
-        """bound / measured: 1.0 is a step at the roofline (above 1 when the working set fits the LLC)."""
+        """bound / measured: 1.0 is a step at the roofline."""
         return self.bound_s / self.step_s
 
     @property
     def overhead_s(self) -> float:
-        """Seconds per step beyond the bound (dispatch, allocation, kernels below peak)."""
+        """Seconds per step beyond the bound (dispatch, allocation, kernels below peak); negative
+        only where a probe read slower than the step (the chapter shows the fraction, not this)."""
         return self.step_s - self.bound_s
 
     @property
@@ -114,7 +165,8 @@ class StepRoofline:
 
     @property
     def fits_llc(self) -> bool:
-        """Whether the step's bytes fit the last-level cache (then DRAM need not be read at all)."""
+        """Whether the step's bytes fit the last-level cache (then DRAM need not be read at all; the
+        probe of :func:`step_bandwidth` then reads from the cache too)."""
         return self.work.num_bytes <= self.llc_bytes
 
 
@@ -170,9 +222,10 @@ def measure_decode_step(
 
     ``num_steps`` steps are timed one by one (fastest kept) after as many untimed ones, at
     ``threads`` torch threads; the bound is taken at the middle step's context, with the
-    probes (measured here at the same threads unless given) and the step's operators
-    counted at that step. ``lean=False`` times the step through the model's modules
-    (``model.lean`` is restored afterwards).
+    probes (:func:`step_bandwidth` of the step's bytes and :func:`matmul_probe`, measured here at
+    the same threads and clock unless given) and the step's operators counted at that step.
+    ``lean=False`` times the step through the model's modules (``model.lean`` is restored
+    afterwards).
     """
     if not isinstance(num_steps, int) or num_steps < 1:
         raise KVLibError(f"num_steps must be a positive integer, not {num_steps!r}")
@@ -181,12 +234,13 @@ def measure_decode_step(
     was_lean, model.lean = model.lean, lean
     try:
         with torch_threads(threads):
-            bandwidth = bandwidth or memory_bandwidth(device=device, threads=threads)
-            compute = compute or matmul_gflops(device=device, threads=threads)
             decoder = Decoder(model, prompt, 2 * num_steps + 1, mode="cache")
             for _ in range(num_steps):
                 decoder.step()  # warm-up, untimed
             middle_keys = decoder.cache.length + num_steps // 2 + 1  # keys of the middle timed step
+            work = step_work(model.config, middle_keys, prompt.shape[0], model.lm_head.weight.dtype)
+            bandwidth = bandwidth or step_bandwidth(work.num_bytes, device, threads)
+            compute = compute or matmul_probe(device, threads)
             clock = clock_for(device, threads)
             timings = [
                 time_it(decoder.step, repeats=1, warmup=0, device=device, clock=clock).min_s
@@ -197,7 +251,7 @@ def measure_decode_step(
         model.lean = was_lean
     return StepRoofline(
         step_s=min(timings),
-        work=step_work(model.config, middle_keys, prompt.shape[0], model.lm_head.weight.dtype),
+        work=work,
         bandwidth_bytes_per_s=bandwidth.best_gbps * 1e9,
         peak_flops_per_s=compute.best_gflops * 1e9,
         threads=threads,

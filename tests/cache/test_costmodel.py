@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 
 from kvlib import KVLibError
-from kvlib.cache.costmodel import PARTS, fit_flop_time, flop_ratio, forward_flops, growth_exponent, step_flops
+from kvlib.cache.costmodel import (
+    PARTS,
+    FlopTimeModel,
+    fit_flop_time,
+    flop_ratio,
+    forward_flops,
+    growth_exponent,
+    overhead_for_speedup,
+    step_flops,
+)
 from kvlib.model.config import ModelConfig
 
 TINY = ModelConfig(vocab_size=10, d_model=8, num_layers=3, num_heads=4, num_kv_heads=2, d_ff=12)
@@ -50,6 +59,22 @@ def test_fit_step_time_rejects_unusable_data():
         fit_flop_time(np.ones(5), np.ones(5))
     with pytest.raises(KVLibError, match="do not grow"):
         fit_flop_time(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0]))
+
+
+def test_the_fixed_cost_for_a_speedup_gives_that_speedup_and_no_more():
+    none, cached = step_flops(TINY, 40, cached=False).sum(), step_flops(TINY, 40, cached=True).sum()
+    worth = overhead_for_speedup(TINY, 40, 3.0)
+    assert worth == pytest.approx((none - 3 * cached) / (2 * 40))  # (F_none - s F_cache) / ((s - 1) n)
+    rate = 1e10  # any rate: only overhead x rate matters
+    model = FlopTimeModel(worth / rate, rate)
+    steps = (step_flops(TINY, 40, cached=False), step_flops(TINY, 40, cached=True))
+    assert model.speedup(*steps) == pytest.approx(3.0)
+    # a larger fixed cost: a smaller speedup
+    assert FlopTimeModel(2 * worth / rate, rate).speedup(*steps) < 3.0
+    with pytest.raises(KVLibError, match="exceed 1"):
+        overhead_for_speedup(TINY, 40, 1.0)
+    with pytest.raises(KVLibError, match="does not reach"):
+        overhead_for_speedup(TINY, 40, 1e6)
 
 
 def test_growth_exponent():

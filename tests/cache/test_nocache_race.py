@@ -84,6 +84,29 @@ def test_passes_are_timed_and_interpolated():
         estimated_total_s(steps, [20, 30], np.array([3.0, 5.0]), 40)
 
 
+def test_steps_and_passes_are_timed_by_the_thread_s_cpu_time_on_one_thread(monkeypatch):
+    seen = []
+
+    def spy(fn, *args, **kwargs):
+        seen.append((kwargs["clock"], kwargs["repeats"]))
+        return real_time_it(fn, *args, **kwargs)
+
+    real_time_it = nocache.time_it
+    monkeypatch.setattr(nocache, "time_it", spy)
+    model = TinyLlama(TINY).eval()
+    race(model, torch.tensor([[1]]), 3, warmup=0)
+    assert seen == [("thread", 1)] * 6  # two modes, three steps, each timed once
+    seen.clear()
+    time_passes(model, torch.zeros(1, 20, dtype=torch.long), [5, 20])
+    assert seen == [("thread", 3)] * 2  # a pass changes nothing: the fastest of three
+    with torch_threads(2):
+        seen.clear()
+        time_passes(model, torch.zeros(1, 20, dtype=torch.long), [5], repeats=2)
+        assert seen == [("wall", 2)]  # two threads: the caller's CPU time would miss the second
+    with pytest.raises(KVLibError, match="repeats"):
+        time_passes(model, torch.zeros(1, 20, dtype=torch.long), [5], repeats=0)
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_setups_are_consistent(device, monkeypatch):
     # a torch.device("cuda") can be named without a GPU; the facts a GPU setup reads are stubbed

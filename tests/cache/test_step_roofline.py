@@ -66,7 +66,7 @@ def test_measure_uses_the_given_probes_and_counts_the_step(monkeypatch):
         raise AssertionError("the given probes must be used, not measured again")
 
     monkeypatch.setattr(step_roofline, "memory_bandwidth", no_probe)
-    monkeypatch.setattr(step_roofline, "matmul_gflops", no_probe)
+    monkeypatch.setattr(step_roofline, "matmul_probe", no_probe)
     bandwidth = Bandwidth("cpu", num_bytes=10**9, timing=_timing(0.1), threads=1)  # 10 GB/s
     compute = Compute("cpu", size=1000, dtype="float32", timing=_timing(0.02), threads=1)  # 100 GFLOP/s
     model = TinyLlama(CONFIG).eval()
@@ -84,6 +84,55 @@ def test_measure_uses_the_given_probes_and_counts_the_step(monkeypatch):
     )
     assert not reference.lean and model.lean  # the model's own setting is restored
     assert reference.work == result.work and reference.num_ops > 1.5 * result.num_ops
+
+
+def test_without_probes_the_bound_reads_a_buffer_of_the_step_s_size_by_the_step_s_clock(monkeypatch):
+    asked = {}
+
+    def bandwidth(num_bytes, device, threads):
+        asked["bandwidth"] = (num_bytes, device.type, threads)
+        return Bandwidth("cpu", num_bytes=10**9, timing=_timing(0.1), threads=threads)
+
+    def compute(device, threads):
+        asked["compute"] = (device.type, threads)
+        return Compute("cpu", size=1000, dtype="float32", timing=_timing(0.02), threads=threads)
+
+    monkeypatch.setattr(step_roofline, "step_bandwidth", bandwidth)
+    monkeypatch.setattr(step_roofline, "matmul_probe", compute)
+    result = measure_decode_step(TinyLlama(CONFIG).eval(), torch.zeros(2, 3, dtype=torch.long), 4, 1)
+    assert asked == {"bandwidth": (result.work.num_bytes, "cpu", 1), "compute": ("cpu", 1)}
+
+
+def test_step_bandwidth_sums_that_many_bytes_on_the_step_s_thread_by_its_cpu_time(monkeypatch):
+    asked = {}
+
+    def probe(num_bytes, device, repeats, threads, clock):
+        asked.update(num_bytes=num_bytes, threads=threads, clock=clock, repeats=repeats)
+        return "probe"
+
+    monkeypatch.setattr(step_roofline, "memory_bandwidth", probe)
+    assert step_roofline.step_bandwidth(1_000_001, "cpu", threads=1) == "probe"
+    assert asked == {"num_bytes": 1_000_004, "threads": 1, "clock": "thread", "repeats": 7}  # whole floats
+    step_roofline.step_bandwidth(10, "cpu", threads=None)
+    assert asked["num_bytes"] == 4096 and asked["clock"] == "wall"  # the probe's least buffer; all threads
+    with pytest.raises(KVLibError, match="positive"):
+        step_roofline.step_bandwidth(0, "cpu")
+
+
+def test_matmul_probe_times_the_product_by_the_thread_s_cpu_time(monkeypatch):
+    clocks = []
+    real_time_it = step_roofline.time_it
+
+    def spy(fn, *args, **kwargs):
+        clocks.append(kwargs["clock"])
+        return real_time_it(fn, *args, **kwargs)
+
+    monkeypatch.setattr(step_roofline, "time_it", spy)
+    probe = step_roofline.matmul_probe("cpu", threads=1, repeats=2, size=32)
+    assert clocks == ["thread"] and probe.size == 32 and probe.threads == 1 and probe.flops == 2 * 32**3
+    assert probe.best_gflops > 0 and len(probe.timing.samples) == 2
+    with pytest.raises(KVLibError, match="at least 16"):
+        step_roofline.matmul_probe("cpu", size=8)
 
 
 def test_lean_decode_step_dispatches_few_operators_and_allocates_nothing():
