@@ -113,5 +113,6 @@ def test_exercise_1_6_runs_a_knob_the_reader_changes_and_folds_its_explanation()
     knob = cells[i]
     assert "remove-cell" not in knob.metadata.get("tags", []) and "check(" not in knob.source
     assert "prompt_len = 16" in knob.source  # small: a fraction of a second on one CPU thread
-    assert "**1.6 (run it and interpret).**" in cells[i - 1].source and "predict" in cells[i - 1].source
+    posed = cells[i - 1].source
+    assert "**Exercise 1.6** (run it and interpret)." in posed and "predict" in posed
     assert cells[i + 1].source.startswith(":::{dropdown} Worked explanation")
