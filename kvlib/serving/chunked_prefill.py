@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from kvlib import KVLibError
 from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.gpu_model import kv_budget, roofline_step_model
-from kvlib.serving.latency import latency_summary
+from kvlib.serving.latency import inter_token_latencies, latency_summary  # noqa: F401 (ITL, re-exported)
 from kvlib.serving.results import RunResult
 from kvlib.serving.scheduler import SchedulerConfig
 from kvlib.serving.simulator import simulate
@@ -54,28 +53,16 @@ def chunked_config(budget: int | None, max_num_seqs: int = 256) -> SchedulerConf
     )
 
 
-def inter_token_latencies(run: RunResult) -> np.ndarray:
-    """Seconds between consecutive tokens of a request, one per decode of every step (1-D).
-
-    A decode's token comes at the end of its step, the previous one at the end of the step
-    before it ran; when the request decodes at every step, the gap is the step's duration.
-    Each step counts once per sequence it decodes (``num_seqs - num_prefills``).
-    """
-    steps = run.steps
-    decodes = (steps["num_seqs"] - steps["num_prefills"]).astype(np.int64)  # (steps,)
-    return np.repeat(steps["duration_s"], decodes)
-
-
 def sweep_row(run: RunResult, budget: int | None) -> dict:
     """One row of :func:`chunked_prefill_sweep`: the run's latencies (seconds) under ``budget``."""
-    summary, gaps = latency_summary(run), inter_token_latencies(run)
+    summary = latency_summary(run)  # its ITL: kvlib.serving.latency.inter_token_latencies
     return {
         "budget": "off" if budget is None else budget,
         "ttft_p50_s": summary.ttft_p50_s,
         "ttft_p99_s": summary.ttft_p99_s,
         "tpot_p50_s": summary.tpot_p50_s,
         "tpot_p99_s": summary.tpot_p99_s,
-        "itl_p99_s": float(np.percentile(gaps, 99)) if gaps.size else math.nan,
+        "itl_p99_s": summary.itl_p99_s,
         "max_step_s": float(run.steps["duration_s"].max()),
         "num_preemptions": run.num_preemptions,
     }

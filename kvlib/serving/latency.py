@@ -1,18 +1,22 @@
 """Latency as a serving engineer reads it (chapters 4 and 8): time to first token, time per
-output token, their percentiles, and goodput under a latency target.
+output token, the gaps between tokens, their percentiles, and goodput under a latency target.
 
 The vLLM paper (Kwon et al. 2023) compares systems by one number, the *normalised latency*:
 each request's time from arrival to its last token over its output tokens, averaged over
 requests (:attr:`~kvlib.serving.results.RunResult.normalized_latency`). Engines today report
-two numbers per request instead, because users feel two delays: the wait before the first
-token, TTFT (:attr:`~kvlib.serving.results.RunResult.ttft_s`), and the pace after it, TPOT
-(:attr:`~kvlib.serving.results.RunResult.tpot_s`), each at the median and at the 99th
-percentile. :func:`latency_summary` computes them for any :class:`RunResult`, simulated or
-served by the real engine, as vLLM's ``benchmarks/benchmark_serving.py`` does:
+delays per request instead, because users feel them: the wait before the first token, TTFT
+(:attr:`~kvlib.serving.results.RunResult.ttft_s`), and the pace after it, TPOT
+(:attr:`~kvlib.serving.results.RunResult.tpot_s`), and beside them the gaps between tokens,
+ITL (:func:`inter_token_latencies`), each at the median and at the 99th percentile.
+:func:`latency_summary` computes them for any :class:`RunResult`, simulated or served by the
+real engine, as vLLM's ``benchmarks/benchmark_serving.py`` does:
 
-- TTFT = first token's time - arrival;
-- TPOT = (last token's time - first token's time) / (output tokens - 1), only for requests of
-  more than one output token;
+- TTFT = first token's time - arrival, one value per request;
+- TPOT = (last token's time - first token's time) / (output tokens - 1), one value per request
+  of more than one output token: its mean gap; percentiles over requests;
+- ITL = every gap between two consecutive tokens of a request, one value per gap, of all
+  requests together: percentiles over gaps. A request's long stall is one gap among many, so the
+  ITL's p99 shows stalls that a request's mean (its TPOT) spreads thin;
 - percentiles by :func:`numpy.percentile` with its default (linear) interpolation.
 
 :func:`goodput` counts the requests that meet *both* a TTFT and a TPOT target (a request of one
@@ -43,6 +47,10 @@ class LatencySummary:
     tpot_mean_s: float  # time per output token after the first, mean over requests (NaN: none has two)
     tpot_p50_s: float  # its median (NaN: no request has two tokens)
     tpot_p99_s: float  # its 99th percentile (NaN: no request has two tokens)
+    num_itl_gaps: int  # gaps between consecutive tokens of a request, all requests together
+    itl_mean_s: float  # inter-token latency, mean over the gaps (NaN: no gaps)
+    itl_p50_s: float  # its median over the gaps (NaN: no gaps)
+    itl_p99_s: float  # its 99th percentile over the gaps (NaN: no gaps)
     normalized_latency_s: float  # the paper's measure: mean of (finish - arrival) / output tokens
 
 
@@ -83,16 +91,35 @@ def _percentiles(values: np.ndarray) -> tuple[float, float, float]:
     return float(values.mean()), float(p50), float(p99)
 
 
+def inter_token_latencies(run: RunResult) -> np.ndarray:
+    """Seconds between consecutive tokens of a request, one per decode of every step (1-D).
+
+    A decode's token comes at the end of its step, the previous one at the end of the step
+    before it ran; when the request decodes at every step, the gap is the step's duration.
+    Each step counts once per sequence it decodes (``num_seqs - num_prefills``).
+
+    The steps do not record one kind of gap: a preempted request's wait from its last token
+    before the preemption to the token its recomputation (a prefill) yields. Those gaps, one per
+    preemption, are left out here; the request's TPOT counts them.
+    """
+    steps = run.steps
+    decodes = (steps["num_seqs"] - steps["num_prefills"]).astype(np.int64)  # (steps,)
+    return np.repeat(steps["duration_s"], decodes)
+
+
 def latency_summary(run: RunResult) -> LatencySummary:
-    """TTFT and TPOT (mean, p50, p99) and the normalised latency of a run's requests."""
+    """TTFT and TPOT (mean, p50, p99 over requests), ITL (over the gaps between tokens) and the
+    normalised latency of a run's requests."""
     run = _checked(run)
-    ttft, tpot = run.ttft_s, run.tpot_s
+    ttft, tpot, gaps = run.ttft_s, run.tpot_s, inter_token_latencies(run)
     tpot = tpot[~np.isnan(tpot)]  # (requests with > 1 output token,)
     return LatencySummary(
         len(ttft),
         len(tpot),
         *_percentiles(ttft),
         *_percentiles(tpot),
+        len(gaps),
+        *_percentiles(gaps),
         run.normalized_latency,
     )
 

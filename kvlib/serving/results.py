@@ -7,8 +7,8 @@ requests, and one array per field of :class:`~kvlib.serving.types.StepRecord` (p
 step's duration), from which it computes the chapter's numbers: the share of the KV budget
 in each category of :data:`~kvlib.serving.types.CATEGORIES`, the batch, throughput and
 latency (the paper's normalised latency, and each request's time to first token and time per
-output token, which :mod:`kvlib.serving.latency` summarises), and the same steps retimed by
-another step-time model.
+output token, which :mod:`kvlib.serving.latency` summarises with the gaps between tokens), and
+the same steps retimed by another step-time model.
 """
 
 from __future__ import annotations
@@ -133,9 +133,10 @@ class RunResult:
     @property
     def tpot_s(self) -> np.ndarray:
         """(requests,) time per output token after the first, by id: (last token - first token) /
-        (output tokens - 1), vLLM's TPOT, the mean gap between a request's tokens (its inter-token
-        latency; the steps' own gaps are not recorded). NaN for a request of one output token,
-        which has no gap."""
+        (output tokens - 1), vLLM's TPOT: one value per request, the mean of its gaps between
+        tokens. The gaps themselves, each one value (vLLM's ITL, inter-token latency), are
+        :func:`kvlib.serving.latency.inter_token_latencies`. NaN for a request of one output
+        token, which has no gap."""
         return np.array(
             [
                 (_time_of(s, "finish_s") - _time_of(s, "first_token_s")) / (s.request.output_len - 1)
