@@ -4,8 +4,9 @@ Kwon et al. (2023, Section 6.2 and Figure 12) plot each system's normalised late
 per output token, averaged over requests) against the request rate: flat at first, then
 rising steeply once the rate passes what the server can serve, because the queue then grows
 for as long as requests keep coming. They compare systems by the rates at which their curves
-rise ("similar latencies"). We do the same with the A100 OPT-13B step model
-(:func:`~kvlib.serving.gpu_model.roofline_step_model`, deterministic), in the KV budget of
+rise ("similar latencies"). We simulate the same with the A100 OPT-13B step model
+(:func:`~kvlib.serving.gpu_model.roofline_step_model`: a step takes the larger of its memory and
+compute times; arithmetic on the data sheet, deterministic), in the KV budget of
 OPT-13B on that GPU (:func:`~kvlib.serving.gpu_model.kv_budget`), on the ShareGPT-like and
 Alpaca-like traces, Poisson arrivals, seeded.
 
@@ -16,17 +17,17 @@ threshold is :data:`THRESHOLD_MULTIPLE` times it, the same for every policy on o
 policy *sustains* the rate at which its curve first rises above the threshold, interpolated
 between the two grid points around the crossing, linearly in log rate and log latency
 (:func:`crossing_rate`). The multiple is 3 because batching alone slows a step, without any
-queue: at paged's saturated operating point a step of the A100 model takes about 1.6 times a
-solo step on the ShareGPT-like trace and 2.4 times on the Alpaca-like one (some 210 sequences
-of 82 µs each on 16.5 ms of weights). A threshold below that would measure how slow a full
-batch is, not where the queue starts to grow; far above it, it measures how long the trace
-is (the queue a finite trace builds above capacity). From 2 to 5 times, paged / oracle on the
-ShareGPT-like trace moves between 1.92 and 2.05 and paged / max between 3.23 and 3.36.
+queue: at paged's saturated operating point a step of the A100 model takes more than one and
+a half times a solo step on either trace (its batch reads more cache and computes more prompts),
+and a request's first token waits for its prefill besides. A threshold near that would measure
+how slow a full batch is, not where the queue starts to grow; far above it, it measures how long
+the trace is (the queue a finite trace builds above capacity). From 2 to 5 times, the
+ShareGPT-like ratios move by a few percent (chapter 4 prints how much).
 
 A finite trace favours the faster server a little: above capacity its queue grows by the
 excess rate, and over the same number of requests a server of higher capacity piles up fewer
 seconds of waiting, so it crosses an absolute threshold at a larger share of its capacity
-(1.11 for paged against 1.06 for the oracle and 1.0 for max here). The longer the trace, the
+(chapter 4 shows each policy's). The longer the trace, the
 nearer every crossing comes to capacity, and the ratios to those of the saturated capacities
 (chapter 4's throughput ratios). A trace so short that a saturated run's normalised latency
 stays under the threshold never crosses it at any rate: :func:`rate_ratios` then says so.
@@ -85,17 +86,21 @@ PAPER_RATE_BANDS = {
 def unloaded_latency(requests, step_model: StepTimeModel) -> float:
     """Normalised latency (s per output token, mean over requests) with each request alone on the
     server: a prefill step of its prompt (which gives its first token), then one decode step of
-    one sequence per further token, reading its prompt and the tokens so far."""
-    prompt = np.array([r.prompt_len for r in requests], dtype=np.float64)  # (requests,)
-    output = np.array([r.output_len for r in requests], dtype=np.float64)  # (requests,)
+    one sequence per further token, reading its prompt and the tokens so far. Each step is timed by
+    ``step_model.predict``, so an overlapped model (the A100 roofline) takes the larger of each
+    step's memory and compute times, a summed one their sum."""
+    prompt = np.array([r.prompt_len for r in requests], dtype=np.int64)  # (requests,)
+    output = np.array([r.output_len for r in requests], dtype=np.int64)  # (requests,)
     if prompt.size == 0:
         raise KVLibError("unloaded_latency needs at least one request")
-    m = step_model
-    prefill = m.fixed_s + m.per_seq_s + m.per_prefill_s * prompt
-    # decode step k = 1 .. output - 1 reads prompt + k tokens; summed over k:
-    # (output - 1) prompt + output (output - 1) / 2
-    context = (output - 1) * prompt + output * (output - 1) / 2
-    decodes = (output - 1) * (m.fixed_s + m.per_seq_s) + m.per_context_s * context
+    prefill = step_model.predict(1, 0, prompt)  # (requests,)
+    # decode step k = 1 .. output - 1 of a request reads prompt + k tokens: one entry per decode step
+    owner = np.repeat(np.arange(prompt.size), output - 1)  # (decode steps,)
+    first = np.cumsum(output - 1) - (output - 1)  # where each request's decode steps start
+    k = np.arange(owner.size) - first[owner] + 1
+    decodes = np.bincount(
+        owner, weights=step_model.predict(1, prompt[owner] + k, 0), minlength=prompt.size
+    )  # (requests,)
     return float(np.mean((prefill + decodes) / output))
 
 

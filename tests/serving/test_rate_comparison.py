@@ -31,11 +31,21 @@ def test_unloaded_latency_by_hand():
         rc.unloaded_latency([], STEP)
 
 
-def test_the_simulator_at_a_vanishing_rate_gives_the_unloaded_latency():
+def test_unloaded_latency_by_hand_with_an_overlapped_step():
+    # the larger of memory (1 + 0.01 x context) and compute (0.5 x sequences + 0.1 x prompt tokens)
+    step = StepTimeModel(1.0, 0.5, 0.01, 0.1, overlapped=True)
+    # request 0: prefill max(1, 0.5 + 0.1 x 10 = 1.5) = 1.5; decodes read 11, then 12 tokens: max(1.11, 0.5)
+    # + max(1.12, 0.5) = 2.23; (1.5 + 2.23) / 3. Request 1: prefill max(1, 0.5 + 0.4) = 1, its only token
+    requests = [Request(0, 0.0, tuple(range(10)), 3), Request(1, 5.0, (1, 2, 3, 4), 1)]
+    assert rc.unloaded_latency(requests, step) == pytest.approx((3.73 / 3 + 1.0) / 2)
+
+
+@pytest.mark.parametrize("step", [STEP, roofline_step_model(), roofline_step_model(overlapped=False)])
+def test_the_simulator_at_a_vanishing_rate_gives_the_unloaded_latency(step):
     # arrivals a million seconds apart on average: every request is alone on the server
     requests = make_trace(SMALL, 6, 1e-6, seed=2)
-    run = simulate(requests, "paged", 1024, STEP, SMALL.max_len)
-    assert run.normalized_latency == pytest.approx(rc.unloaded_latency(requests, STEP), rel=1e-9)
+    run = simulate(requests, "paged", 1024, step, SMALL.max_len)
+    assert run.normalized_latency == pytest.approx(rc.unloaded_latency(requests, step), rel=1e-9)
 
 
 def test_crossing_rate_interpolates_in_log_rate_and_log_latency():
