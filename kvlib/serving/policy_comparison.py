@@ -5,10 +5,12 @@ throughput, step-time regimes, the watermark, the engine's small model, and ``be
 The vLLM paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Our
 simulations (:func:`kvlib.serving.simulator.simulate`) use the KV budget that setup
 leaves (:func:`kvlib.serving.gpu_model.kv_budget`), the lengths of its traces
-(:mod:`kvlib.serving.traces`), and a step-time model measured on this machine
-(:func:`kvlib.serving.calibration.calibrate`) or estimated from the A100's data sheet
-(:func:`kvlib.serving.gpu_model.roofline_step_model`), so that both regimes can be set
-side by side. The ``PAPER_*`` constants are the paper's figures the chapter compares with.
+(:mod:`kvlib.serving.traces`), and a step-time model fitted to steps measured on this machine
+(:func:`kvlib.serving.calibration.calibrate`: a sum of its parts, as a CPU runs them) or
+modelled from the A100's data sheet (:func:`kvlib.serving.gpu_model.roofline_step_model`: the
+larger of a step's memory and compute times, as a GPU overlaps them), so that both regimes can
+be set side by side. The ``PAPER_*`` constants are the paper's figures the chapter shows beside
+its own (never as pass marks).
 """
 
 from __future__ import annotations
@@ -97,9 +99,12 @@ def with_fixed_share(
     """The step model with its per-sequence and per-context-token costs scaled so that a decode
     step of ``num_seqs`` sequences reading ``context_tokens`` spends ``share`` of its time on the
     fixed part. Prefill keeps its measured cost. ``share = 1``: decode steps cost the same
-    whatever the batch."""
+    whatever the batch. ``step_model`` must be a summed one (a CPU's, fitted by the calibration):
+    an overlapped step's share is not a matter of scaling its terms."""
     if not 0 < share <= 1:
         raise KVLibError(f"the fixed share must be in (0, 1], not {share}")
+    if step_model.overlapped or step_model.per_seq_memory_s:
+        raise KVLibError("with_fixed_share scales a summed step model (fixed + per sequence + per token)")
     variable = step_model.per_seq_s * num_seqs + step_model.per_context_s * context_tokens
     scale = 0.0 if share == 1 else step_model.fixed_s * (1 - share) / share / variable
     return StepTimeModel(
@@ -117,6 +122,50 @@ def ratios(runs: dict[str, RunResult], step_model: StepTimeModel | None = None) 
     timed = runs if step_model is None else {p: r.retimed(step_model) for p, r in runs.items()}
     paged = timed["paged"].requests_per_s
     return {p: paged / r.requests_per_s for p, r in timed.items() if p != "paged"}
+
+
+def busy_totals(run: RunResult) -> dict[str, float]:
+    """What the steps of ``run`` compute while requests wait (the steps that set its throughput):
+    how many steps, and the sums of their sequences, context tokens read, prompt tokens prefilled
+    and tokens generated. A summed step model times those steps at
+    ``fixed_s x steps + per_seq_s x seqs + per_context_s x context + per_prefill_s x prefill``."""
+    busy = run.steps["num_waiting"] > 0
+    busy = busy if busy.any() else np.ones_like(busy)
+    totals = {"steps": float(busy.sum())}
+    for name, key in (
+        ("seqs", "num_seqs"),
+        ("context", "context_tokens"),
+        ("prefill", "prefill_tokens"),
+        ("tokens", "new_tokens"),
+    ):
+        totals[name] = float(run.steps[key][busy].sum())
+    return totals
+
+
+def prefill_limit(runs: dict[str, RunResult], policy: str) -> float:
+    """The cost of a prompt token, as a share of a step's fixed part, below which ``paged`` serves more
+    requests per second than ``policy`` under every summed step model, whatever it costs per
+    sequence and per cached token (``inf``: at any cost).
+
+    With g = paged, p = ``policy`` and tau = g's tokens over p's (both over :func:`busy_totals`),
+    paged / p = tau x T_p / T_g, each T the step model's sum over the busy steps; it exceeds 1 when
+    ``fixed_s (tau S_p - S_g) + per_seq_s (tau N_p - N_g) + per_context_s (tau C_p - C_g)``
+    outweighs ``per_prefill_s (P_g - tau P_p)``. When the sequence and context terms are not
+    negative, they can only help, and the bound on per_prefill_s / fixed_s is
+    ``(tau S_p - S_g) / (P_g - tau P_p)``. Raises KVLibError when a term is negative (the
+    bound would then depend on those costs too), or when paged needs as many steps.
+    """
+    g, p = busy_totals(runs["paged"]), busy_totals(runs[policy])
+    tau = g["tokens"] / p["tokens"]
+    fixed, per_seq, per_context = (tau * p[k] - g[k] for k in ("steps", "seqs", "context"))
+    # each sequence computes one token (no chunked prefill here), so tau N_p = N_g up to rounding
+    if fixed <= 0 or per_seq < -1e-9 * g["seqs"] or per_context < 0:
+        raise KVLibError(
+            f"paged against {policy}: the steps, sequences or context tokens do not all favour paged "
+            f"({fixed:.3g}, {per_seq:.3g}, {per_context:.3g}): no bound on the prompt cost alone"
+        )
+    extra_prefill = g["prefill"] - tau * p["prefill"]
+    return math.inf if extra_prefill <= 0 else fixed / extra_prefill
 
 
 def regime_curve(runs: dict[str, RunResult], step_model: StepTimeModel, shares) -> list[dict]:

@@ -3,6 +3,7 @@ paper's KV budget, the A100 roofline step, step-time regimes and throughput rati
 
 import math
 
+import numpy as np
 import pytest
 
 from kvlib import KVLibError, gpus
@@ -75,6 +76,8 @@ def test_with_fixed_share_scales_only_the_batch_dependent_costs():
     assert flat.per_seq_s == flat.per_context_s == 0
     with pytest.raises(KVLibError, match="fixed share"):
         sm.with_fixed_share(step, 0.0, 30, 15_000)
+    with pytest.raises(KVLibError, match="summed step model"):
+        sm.with_fixed_share(gm.roofline_step_model(), 0.5, 30, 15_000)
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +105,39 @@ def test_the_flatter_the_step_the_larger_the_gain(runs):
         assert values == sorted(values) and values[0] < values[-1]
     n, ctx = sm.operating_point(runs["paged"])
     assert n > 1 and ctx > 1000
+
+
+def test_busy_totals_sum_the_steps_while_requests_wait(runs):
+    run = runs["oracle"]
+    busy = run.steps["num_waiting"] > 0
+    totals = sm.busy_totals(run)
+    assert totals["steps"] == busy.sum() and totals["prefill"] == run.steps["prefill_tokens"][busy].sum()
+    assert totals["tokens"] == totals["seqs"]  # no chunked prefill: every sequence computed gets a token
+    # a summed step model's busy time is the totals weighted by its constants
+    step = StepTimeModel(0.004, 3e-5, 2e-7, 5e-5)
+    busy_s = float(run.retimed(step).steps["duration_s"][busy].sum())
+    weighted = (
+        0.004 * totals["steps"] + 3e-5 * totals["seqs"] + 2e-7 * totals["context"] + 5e-5 * totals["prefill"]
+    )
+    assert busy_s == pytest.approx(weighted)
+
+
+def test_below_the_prefill_limit_paged_leads_whatever_the_other_costs(runs):
+    rng = np.random.default_rng(0)
+    for policy in ("max", "pow2", "oracle"):
+        limit = sm.prefill_limit(runs, policy)
+        assert 0 < limit < math.inf
+        # just below the limit paged leads for any costs per sequence and per cached token ...
+        for _ in range(20):
+            step = StepTimeModel(1e-3, *(rng.uniform(0, 1e-4), rng.uniform(0, 1e-6)), 0.999 * limit * 1e-3)
+            assert sm.ratios(runs, step)[policy] > 1, (policy, step)
+        # ... and just above it, with those costs zero (a flat decode step), it falls behind
+        assert sm.ratios(runs, StepTimeModel(1e-3, 0.0, 0.0, 1.001 * limit * 1e-3))[policy] < 1
+
+
+def test_the_prefill_limit_needs_steps_that_favour_paged(runs):
+    with pytest.raises(KVLibError, match="no bound on the prompt cost alone"):
+        sm.prefill_limit({"paged": runs["max"], "max": runs["paged"]}, "max")  # the roles swapped
 
 
 def test_share_needed_interpolates_on_the_curve():
