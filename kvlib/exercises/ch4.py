@@ -37,8 +37,8 @@ FIRST_HINTS = {
         "Write down how many tokens the request holds at decode step k, then average that over the 400 steps."
     ),
     "4.4": (
-        "Throughput is tokens per step divided by the step's time, and each of the three costs of a "
-        "step depends on a different count."
+        "Throughput is tokens per step divided by the step's time; a step takes the larger of its "
+        "memory time and its compute time, and each depends on a different count."
     ),
     "4.5": (
         "Only the output is rounded: find the smallest power of two that is at least output_len, "
@@ -161,10 +161,10 @@ def check_4_3(answer):
 
 
 def solve_4_4() -> float:
-    """Tokens per second = requests per step / step time; the step grows with the batch and
-    the cache it reads."""
-    paged = 30 / (16.5e-3 + 82e-6 * 30 + 0.53e-6 * 15_000)
-    oracle = 15 / (16.5e-3 + 82e-6 * 15 + 0.53e-6 * 7_500)
+    """Tokens per second = requests per step / step time; a step takes the larger of its memory
+    time (the weights and the cache it reads) and its compute time (its sequences' tokens)."""
+    paged = 30 / max(16.5e-3 + 0.53e-6 * 15_000, 82e-6 * 30)
+    oracle = 15 / max(16.5e-3 + 0.53e-6 * 7_500, 82e-6 * 15)
     return paged / oracle
 
 
@@ -177,30 +177,41 @@ def check_4_4(answer):
     # 16.5 ms, 82 µs and 0.53 µs, as the exercise states them
     fixed, per_seq, per_token = round(step.fixed_s, 4), round(step.per_seq_s, 6), round(step.per_context_s, 8)
 
-    def rate(batch, context, seq=per_seq, token=per_token):
+    def rate(batch, context, combine=max, token=per_token):
         """Tokens per second of ``batch`` requests that read ``context`` cached tokens per step."""
-        return batch / (fixed + seq * batch + token * context)
+        return batch / combine(fixed + token * context, per_seq * batch)
+
+    def added(memory, compute):
+        return memory + compute
 
     expected = rate(30, 15_000) / rate(15, 7_500)
     return numeric_answer(
         answer,
         expected,
         {
-            2.0: "twice the batch computes twice the tokens and reads twice the cache: add both to each step",
+            2.0: (
+                "twice the batch also reads twice the cache: each step's memory time is the weights' "
+                "16.5 ms plus 0.53 µs per cached token"
+            ),
             1 / expected: "that is the oracle over paging; the question asks for paging over the oracle",
-            rate(30, 15_000, seq=0)
-            / rate(15, 7_500, seq=0): "each running sequence also costs 82 µs of arithmetic per step",
-            rate(30, 15_000, token=0)
-            / rate(15, 7_500, token=0): "each cached token read also costs 0.53 µs per step",
-            # 0.53 µs taken as 0.53e-3 s gives 1.002, within 1% of 1.0: one hint names both mistakes
+            rate(30, 15_000, added) / rate(15, 7_500, added): (
+                "a GPU overlaps reading memory with computing: a step takes the larger of its memory "
+                "time and its compute time, not their sum"
+            ),
+            # the compute time alone gives 1.0, and so does 0.53 µs taken as 0.53e-3 s (1.002)
             1.0: (
-                "each step generates one token per running request: more requests per step means more "
-                "tokens (and if your arithmetic gave about 1.00: 0.53 µs is 0.53e-6 s, not 0.53e-3)"
+                "a step takes the LARGER of its two times: here the memory time, far above the compute "
+                "time (and if your arithmetic gave about 1.00 with the memory time: 0.53 µs is 0.53e-6 s, "
+                "not 0.53e-3)"
+            ),
+            expected / 2: (  # the inverse ratio of the step times
+                "each step generates one token per running request: divide the batch by the step's time"
             ),
         },
         rel=0.01,
         what=(
-            "(30 / t_paged) / (15 / t_oracle) with t = 16.5 ms + 82 µs x sequences + 0.53 µs x cached tokens"
+            "(30 / t_paged) / (15 / t_oracle) with t = max(16.5 ms + 0.53 µs x cached tokens, "
+            "82 µs x sequences)"
         ),
     )
 
@@ -280,7 +291,7 @@ WRONG_ANSWERS = {
     "4.1": [1465, 968, 2317, 18528, 1158 * 2],
     "4.2": [212, 1024, 724, 1448, 0],
     "4.3": [0.5, 0.8, 0.2, 0.399, 60.1],
-    "4.4": [2.0, 0.62, 1.68, 1.87, 1.0, 1.3],
+    "4.4": [2.0, 0.6, 1.613, 0.837, 1.0, 1.3],
     "4.5": [
         lambda p, o, m: min(m, 1 << (p + o - 1).bit_length()),
         lambda p, o, m: min(m, p + (1 << o.bit_length())),
