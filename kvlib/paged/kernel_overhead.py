@@ -23,7 +23,7 @@ import torch
 
 from kvlib import KVLibError, kernels
 from kvlib.kernels.torch_gather import GatherBuffer, attend_gathered, gather_blocks, paged_attention
-from kvlib.measure.hardware import all_threads, dram_bytes
+from kvlib.measure.hardware import dram_bytes
 from kvlib.measure.timing import pick_device, round_median, time_interleaved, torch_threads
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
@@ -135,8 +135,9 @@ def kernel_sizes(device=None) -> KernelSizes:
     last-level cache or more, so that at most a quarter of them can be served from the
     cache; the other lengths are a quarter and a sixteenth of it.
 
-    CPU: float32, 4 sequences, 16 query and 4 KV heads of width 64 (8 KiB of K+V per
-    token). GPU: float16, 32 sequences, 32 query and 8 KV heads of width 128 (128 KiB).
+    CPU: float32, 4 sequences, 16 query and 4 KV heads of width 64 (2 KiB of K+V per token
+    of a sequence, 8 KiB per position of the batch). GPU: float16, 32 sequences, 32 query and
+    8 KV heads of width 128 (4 KiB per token, 128 KiB per position).
     """
     device = pick_device() if device is None else torch.device(device)
     if device.type == "cuda":
@@ -271,16 +272,17 @@ def time_fused_overhead(
     ``contiguous`` reads the same K and V stored in order, as blocks of the same size behind an
     identity table (sequence b owns blocks b x n to (b + 1) x n - 1), so both do the same
     arithmetic and the same table reads and differ only in where each block lies. Interleaved
-    rounds on the wall clock (the kernel runs on all threads); ``ratio`` = paged / contiguous,
-    the median over the rounds of the ratio within a round; ``table_share`` = bytes of block
+    rounds; on the CPU on one thread, timed by its CPU time, as :func:`time_decode_attention`
+    (on a shared two-core machine a parallel kernel waits for whichever thread was descheduled,
+    and the wall clock counts other programs' time); ``ratio`` = paged / contiguous, the
+    median over the rounds of the ratio within a round; ``table_share`` = bytes of block
     table read per byte of K+V (one 8-byte entry per block and work item of
     :func:`kvlib.kernels.work_items`: per block on a CPU, per block and KV head on a GPU).
     """
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
     kernel = kernels.default_kernel(device) if kernel is None else kernel
-    threads = all_threads() if device.type == "cpu" else None
-    with torch.inference_mode(), torch_threads(threads):
+    with torch.inference_mode(), torch_threads(1 if device.type == "cpu" else None):
         return [
             _time_fused_case(length, block_size, sizes, device, rounds, kernel)
             for length in (sizes.lengths if lengths is None else lengths)
@@ -306,7 +308,6 @@ def _time_fused_case(length: int, block_size: int, sizes: KernelSizes, device, r
         },
         rounds=rounds,
         device=device,
-        clock="wall",
     )
     return dict(
         kernel=kernel,

@@ -1,11 +1,13 @@
 """Tests of kvlib.paged.kernel_overhead's fused-kernel comparison: the contiguous baseline is the
 same K/V in order behind an identity block table and computes what the paged kernel computes; the
-rows carry the stated ratio and table share; bench() reports its fields. Nothing is timed."""
+rows carry the stated ratio and table share; it runs on one CPU thread, timed by that thread's
+CPU time; bench() reports its fields. Nothing is timed for its value."""
 
 import pytest
 import torch
 
 from kvlib import kernels
+from kvlib.measure import timing
 from kvlib.paged import kernel_overhead as overhead
 
 SIZES = overhead.KernelSizes(
@@ -24,6 +26,22 @@ def test_fused_rows_carry_the_ratio_and_the_table_share():
         assert r["table_share"] == pytest.approx(8 / (2 * 4 * 8 * 2 * r["block_size"]))
         assert r["ratio"] == pytest.approx(r["paged_ms"] / r["contiguous_ms"])  # one round: its own ratio
         assert r["kv_bytes"] == SIZES.kv_bytes(32)
+
+
+def test_fused_timing_runs_on_one_cpu_thread_timed_by_its_cpu_time(monkeypatch):
+    """Like the gather's timing: a parallel kernel on a shared machine waits for a descheduled
+    thread, and the wall clock counts other programs' time."""
+    seen = []
+    timed = overhead.time_interleaved
+
+    def spy(fns, **options):
+        seen.append((torch.get_num_threads(), options.get("clock")))
+        return timed(fns, **options)
+
+    monkeypatch.setattr(overhead, "time_interleaved", spy)
+    overhead.time_fused_overhead(block_sizes=(8,), sizes=SIZES, device="cpu", rounds=1, kernel="torch")
+    assert seen == [(1, None)]  # None: time_interleaved's clock_for one CPU thread, its CPU time
+    assert timing.clock_for("cpu", 1) == "thread"
 
 
 def test_the_identity_table_baseline_computes_what_the_paged_kernel_computes():
