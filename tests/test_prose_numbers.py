@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import nbformat
@@ -57,7 +58,8 @@ def _translations(path: Path) -> list[str]:
     return [translation for _, translation in _messages(path)]
 
 
-def glued_keys(path: Path) -> set[str]:
+@functools.lru_cache(maxsize=None)
+def glued_keys(path: Path) -> frozenset[str]:
     """The keys a committed notebook's outputs glue (myst-nb's hidden glue outputs)."""
     keys = set()
     for cell in nbformat.read(path, as_version=4).cells:
@@ -65,7 +67,7 @@ def glued_keys(path: Path) -> set[str]:
             name = output.get("metadata", {}).get("scrapbook", {}).get("name")
             if name:
                 keys.add(name)
-    return keys
+    return frozenset(keys)
 
 
 @pytest.mark.parametrize("path", PAGES, ids=_page_id)
