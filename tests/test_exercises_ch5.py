@@ -88,5 +88,7 @@ def test_the_mqa_caveat_points_to_chapter_7s_numbers():
     text = _markdown("05_levers.ipynb")
     box = text[text.index("The article's caveat: MQA can cost quality") :].split("\n:::", 1)[0]
     assert "07_quality.ipynb#the-articles-mqa-caveat-revisited" in box
-    # MQA's and GQA-4's costs, pasted from the sweep the chapter runs, not typed
-    assert "{glue:text}`q_mqa_up:" in box and "{glue:text}`q_gqa4_up:" in box
+    # MQA's and GQA-4's costs, pasted from chapter 7's sweep, not typed
+    assert (
+        "{glue:text}`07_quality.ipynb::q_mqa_up:" in box and "{glue:text}`07_quality.ipynb::q_gqa4_up:" in box
+    )

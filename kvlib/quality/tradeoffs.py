@@ -124,6 +124,34 @@ def find(rows: list[RatioRow], method: str, setting: str) -> RatioRow:
     raise KeyError(f"no row {method!r} at {setting!r}")
 
 
+def decision_costs(rows: list[RatioRow]) -> dict:
+    """The quality costs chapter 5's decision table quotes, from this sweep's rows: the perplexity
+    rise over the full cache's (ratio - 1) and the probe recall of each lever it names (chapter 7
+    glues them; chapter 5 pastes them from there instead of running the sweep again)."""
+
+    def cost(method: str, setting: str) -> tuple[float, float]:
+        row = find(rows, method, setting)
+        return row.ppl_ratio - 1, row.probe_recall
+
+    quarter = f"budget {QUARTER_BUDGET}"
+    bits84 = [cost(method, "group 16") for method in ("int8", "fp8", "int4")]
+    values = {
+        "q_full_recall": rows[0].probe_recall,
+        "q_bits84": max(c for c, _ in bits84),
+        "q_recall84": min(r for _, r in bits84),
+        "q_int2": cost("int2", "group 16")[0],
+        "q_kivi2": cost("kivi2", "group 16, residual 128")[0],
+        "q_gqa4_pooled": cost("mean-pooled", "4 KV heads")[0] + 1,
+    }
+    for heads, name in ((4, "gqa4"), (2, "gqa2"), (1, "mqa")):
+        values[f"q_{name}_up"], values[f"q_{name}_up_recall"] = cost(
+            "mean-pooled + uptrained", f"{heads} KV heads"
+        )
+    for policy in ("window", "sinks", "h2o"):
+        values[f"q_{policy}"], values[f"q_{policy}_recall"] = cost(policy, quarter)
+    return values
+
+
 def bench() -> dict:
     """The headline ratios against the full-precision full cache, on the shipped weights."""
     rows = ratio_rows(lever_sweep(base_model(), eval_documents(), budgets=(QUARTER_BUDGET,)))
