@@ -153,31 +153,56 @@ def kernel_sizes(device=None) -> KernelSizes:
     return replace(sizes, lengths=(longest // 16, longest // 4, longest))
 
 
-def timing_case(length: int, block_size: int, sizes: KernelSizes, seed: int = 0, device=None):
-    """One decode step's inputs for the timing: q, a pool of shuffled blocks holding every
-    sequence's K and V, its block tables and lengths, and the same K and V stored contiguously.
+def random_pools(length: int, sizes: KernelSizes, seed: int = 0, device=None):
+    """q and the K and V slots of every sequence at ``length``: random values, one pool each,
+    ``(batch x length, kv_heads, head_dim)``. :func:`timing_case` lays the same pools out in
+    blocks of any size, so a sweep over block sizes draws its gigabytes once per length (the
+    sweeps draw before they set one thread: the drawing is not timed)."""
+    device = pick_device() if device is None else torch.device(device)
+    generator = torch.Generator(device).manual_seed(seed)
+    shape = (sizes.batch * length, sizes.num_kv_heads, sizes.head_dim)
+    k_pool = torch.empty(shape, device=device, dtype=sizes.dtype).normal_(generator=generator)
+    v_pool = torch.empty(shape, device=device, dtype=sizes.dtype).normal_(generator=generator)
+    q = torch.empty(sizes.batch, sizes.num_heads, 1, sizes.head_dim, device=device, dtype=sizes.dtype)
+    q.normal_(generator=generator)
+    return q, k_pool, v_pool
 
-    The contiguous copy is the pool's gather (token-major, as :func:`paged_attention` sees
-    it after its gather), so the contiguous kernel runs the very arithmetic of the paged one
-    on the same layout. ``length`` must be a multiple of ``block_size``: every block full.
+
+def timing_case(
+    length: int,
+    block_size: int,
+    sizes: KernelSizes,
+    seed: int = 0,
+    device=None,
+    pools=None,
+    contiguous: bool = True,
+):
+    """One decode step's inputs for the timing: q, a pool of shuffled blocks holding every
+    sequence's K and V, its block tables and lengths, and (``contiguous``) the same K and V
+    stored contiguously.
+
+    The pool is :func:`random_pools` (drawn here unless ``pools`` gives them) viewed in blocks of
+    ``block_size``; the blocks' order, drawn from ``seed``, is each sequence's block table. The
+    contiguous copy is the pool's gather (token-major, as :func:`paged_attention` sees it after
+    its gather), so the contiguous kernel runs the very arithmetic of the paged one on the same
+    layout. ``length`` must be a multiple of ``block_size``: every block full.
     """
     if length % block_size:
         raise KVLibError(f"length {length} is not a multiple of block size {block_size}")
     device = pick_device() if device is None else torch.device(device)
+    q, k_pool, v_pool = random_pools(length, sizes, seed, device) if pools is None else pools
     per_seq = length // block_size
     num_blocks = sizes.batch * per_seq
     order = torch.randperm(
         num_blocks, generator=torch.Generator().manual_seed(seed)
     )  # physical block of each logical one
     tables = order.view(sizes.batch, per_seq).to(device)
-    generator = torch.Generator(device).manual_seed(seed)
     shape = (num_blocks, block_size, sizes.num_kv_heads, sizes.head_dim)
-    k_cache = torch.empty(shape, device=device, dtype=sizes.dtype).normal_(generator=generator)
-    v_cache = torch.empty(shape, device=device, dtype=sizes.dtype).normal_(generator=generator)
-    q = torch.empty(sizes.batch, sizes.num_heads, 1, sizes.head_dim, device=device, dtype=sizes.dtype)
-    q.normal_(generator=generator)
-    k, v = gather_blocks(k_cache, tables), gather_blocks(v_cache, tables)  # fresh contiguous tensors
+    k_cache, v_cache = k_pool.view(shape), v_pool.view(shape)  # (num_blocks, block_size, kv_heads, head_dim)
     seq_lens = torch.full((sizes.batch,), length, device=device)
+    if not contiguous:
+        return q, k_cache, v_cache, tables, seq_lens
+    k, v = gather_blocks(k_cache, tables), gather_blocks(v_cache, tables)  # fresh contiguous tensors
     return q, k_cache, v_cache, tables, seq_lens, k, v
 
 
@@ -205,24 +230,25 @@ def time_decode_attention(
     """
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
-    with torch.inference_mode(), torch_threads(1 if device.type == "cpu" else None):
-        return [
-            _time_one_case(length, block_size, sizes, device, rounds)
-            for length in sizes.lengths
-            for block_size in block_sizes
-        ]
+    rows = []
+    with torch.inference_mode():
+        for length in sizes.lengths:
+            pools = random_pools(length, sizes, seed=length, device=device)  # one draw for every block size
+            with torch_threads(1 if device.type == "cpu" else None):
+                rows += [_time_one_case(length, bs, sizes, device, rounds, pools) for bs in block_sizes]
+            del pools
+    return rows
 
 
-def _time_one_case(length: int, block_size: int, sizes: KernelSizes, device, rounds: int) -> dict:
+def _time_one_case(length: int, block_size: int, sizes: KernelSizes, device, rounds: int, pools=None) -> dict:
     """One row of :func:`time_decode_attention`: the three kernels timed on one case.
 
-    Its tensors live only while it runs, so that the next case's fit in memory.
+    Its gather buffers live only while it runs, so that the next case's fit in memory.
     """
-    # the contiguous K and V are dropped at once: the contiguous arithmetic reads the paged
-    # kernel's own gather buffers instead
+    # no contiguous copy: the contiguous arithmetic reads the paged kernel's own gather buffers
     q, k_cache, v_cache, tables, seq_lens = timing_case(
-        length, block_size, sizes, seed=length + block_size, device=device
-    )[:5]
+        length, block_size, sizes, seed=length + block_size, device=device, pools=pools, contiguous=False
+    )
     group = sizes.num_heads // sizes.num_kv_heads
     q5 = q.view(sizes.batch, sizes.num_kv_heads, group, 1, sizes.head_dim)  # (batch, kv_heads, group, 1, hd)
     buffers = (GatherBuffer(), GatherBuffer(), GatherBuffer())  # K, V, scores; the gather alone reuses them
@@ -282,18 +308,24 @@ def time_fused_overhead(
     device = pick_device() if device is None else torch.device(device)
     sizes = kernel_sizes(device) if sizes is None else sizes
     kernel = kernels.default_kernel(device) if kernel is None else kernel
-    with torch.inference_mode(), torch_threads(1 if device.type == "cpu" else None):
-        return [
-            _time_fused_case(length, block_size, sizes, device, rounds, kernel)
-            for length in (sizes.lengths if lengths is None else lengths)
-            for block_size in block_sizes
-        ]
+    rows = []
+    with torch.inference_mode():
+        for length in sizes.lengths if lengths is None else lengths:
+            pools = random_pools(length, sizes, seed=length, device=device)  # one draw for every block size
+            with torch_threads(1 if device.type == "cpu" else None):
+                rows += [
+                    _time_fused_case(length, bs, sizes, device, rounds, kernel, pools) for bs in block_sizes
+                ]
+            del pools
+    return rows
 
 
-def _time_fused_case(length: int, block_size: int, sizes: KernelSizes, device, rounds: int, kernel: str):
-    """One row of :func:`time_fused_overhead`; its tensors live only while it runs."""
+def _time_fused_case(
+    length: int, block_size: int, sizes: KernelSizes, device, rounds: int, kernel: str, pools=None
+):
+    """One row of :func:`time_fused_overhead`; its contiguous copies live only while it runs."""
     q, k_cache, v_cache, tables, seq_lens, k, v = timing_case(
-        length, block_size, sizes, seed=length + block_size, device=device
+        length, block_size, sizes, seed=length + block_size, device=device, pools=pools
     )
     q = q.squeeze(2)  # (batch, num_heads, head_dim): one new token per sequence
     k_in_order, v_in_order = kernels.as_blocks(k, block_size), kernels.as_blocks(v, block_size)  # views

@@ -56,6 +56,27 @@ def test_the_identity_table_baseline_computes_what_the_paged_kernel_computes():
     assert torch.allclose(contiguous, paged, atol=1e-5)
 
 
+def test_one_draw_serves_every_block_size():
+    """The pools are drawn once per length and viewed in blocks of each size: every case reads the
+    same values, in its own shuffled order, and the contiguous copy is that order's gather."""
+    pools = overhead.random_pools(32, SIZES, seed=5, device="cpu")
+    for block_size in (4, 8, 16):
+        q, k_cache, v_cache, tables, seq_lens, k, v = overhead.timing_case(
+            32, block_size, SIZES, seed=block_size, device="cpu", pools=pools
+        )
+        assert k_cache.data_ptr() == pools[1].data_ptr() and v_cache.data_ptr() == pools[2].data_ptr()
+        assert k_cache.shape == (
+            SIZES.batch * 32 // block_size,
+            block_size,
+            SIZES.num_kv_heads,
+            SIZES.head_dim,
+        )
+        first = k_cache[tables[0, 0]]  # sequence 0's first block, wherever it lies
+        assert torch.equal(k[0, :block_size], first)
+        assert torch.equal(q, pools[0])
+    assert len(overhead.timing_case(32, 8, SIZES, device="cpu", pools=pools, contiguous=False)) == 5
+
+
 def test_bench_fields(monkeypatch):
     monkeypatch.setattr(overhead, "kernel_sizes", lambda device: SIZES)
     monkeypatch.setattr(overhead, "tokens_identical", lambda: True)
