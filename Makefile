@@ -56,17 +56,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINTED)
 
 # (tests/test_pipeline.py builds small books, which load kvbook_sphinx and so need the assets too)
+# The unit tests time nothing, so they run on UNIT_WORKERS processes (pytest-xdist; 0 for one).
+UNIT_WORKERS ?= 2
 unit: $(STAMP) $(ASSETS)
-	$(PY) -m pytest tests -q --ignore=tests/browser
+	$(PY) -m pytest tests -q --ignore=tests/browser -n $(UNIT_WORKERS)
 
 # The unit tests without the seconds-long ones (marked slow: book builds, nbval runs, benches,
 # calibration): under a minute, for the edit-test loop.
 unit-fast: $(STAMP) $(ASSETS)
-	$(PY) -m pytest tests -q --ignore=tests/browser -m "not slow"
+	$(PY) -m pytest tests -q --ignore=tests/browser -m "not slow" -n $(UNIT_WORKERS)
 
+# Strict nbval over every notebook of _toc.yml, in two lanes at once (tests/nbval_lanes.py says
+# which notebooks share the machine with which, and why the claims hold so).
 nbval: $(STAMP)
-	$(PY) -m pytest -q --nbval --nbval-current-env \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(NOTEBOOKS)
+	$(PY) -m tests.nbval_lanes
 
 # nbval (just before) has executed every notebook afresh and compared its checked outputs with the
 # committed ones, so this build renders the committed outputs instead of executing them again

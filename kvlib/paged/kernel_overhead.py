@@ -267,6 +267,7 @@ def _time_one_case(length: int, block_size: int, sizes: KernelSizes, device, rou
             "paged": lambda: paged_attention(q, k_cache, v_cache, tables, seq_lens, buffers),
         },
         rounds=rounds,
+        number=1,  # one call a sample: each reads megabytes to gigabytes, on one thread's CPU-time clock
         device=device,
     )
     ms = {name: t.min_s * 1e3 for name, t in timings.items()}
