@@ -58,7 +58,7 @@ def _translations(path: Path) -> list[str]:
     return [translation for _, translation in _messages(path)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def glued_keys(path: Path) -> frozenset[str]:
     """The keys a committed notebook's outputs glue (myst-nb's hidden glue outputs)."""
     keys = set()
