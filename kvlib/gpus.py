@@ -1,8 +1,8 @@
 """GPU data sheets the chapters share: the vLLM paper's A100, a 32 GB consumer GPU, a server's memory share.
 
 The paper serves OPT-13B on one NVIDIA A100 with 40 GB (Kwon et al. 2023). Chapter 4's
-KV budget and roofline step times (:mod:`kvlib.serving.gpu_model`) and chapter 5's lever
-chain (:mod:`kvlib.levers`) read the same figures from here: memory, HBM bandwidth and
+KV budget and roofline step times (:mod:`kvlib.serving.roofline`) and chapter 5's lever
+chain (:mod:`kvlib.chapters.ch05_levers.levers`) read the same figures from here: memory, HBM bandwidth and
 dense fp16 compute (:class:`GPU`), and the fraction of memory a vLLM server uses by
 default (:data:`MEMORY_FRACTION`). Chapter 2 sets :data:`RTX_5090`, a 32 GB consumer GPU of the
 kind the source article's author works on, beside the A100s and H100s of its capacity examples.

@@ -1,18 +1,12 @@
 """Every exercise is solvable (its reference solution passes) and every check can fail
 (each module's WRONG_ANSWERS get a hint, not a pass)."""
 
-import importlib
-import pkgutil
-
 import pytest
 
-import kvlib.exercises as exercises
 from kvlib import KVLibError
+from kvlib.chapters import exercises
 
-MODULES = sorted(
-    m.name for m in pkgutil.iter_modules(exercises.__path__) if m.name[:2] == "ch" and m.name[2:].isdigit()
-)
-KEYS = [key for m in MODULES for key in exercises.exercise_keys(int(m[2:]))]
+KEYS = [key for chapter in exercises.CHAPTERS for key in exercises.exercise_keys(chapter)]
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -23,8 +17,8 @@ def test_reference_solution_passes(key):
 
 @pytest.mark.parametrize("key", KEYS)
 def test_wrong_answers_get_a_specific_hint(key):
-    chapter = key.split(".")[0]
-    wrong = importlib.import_module(f"kvlib.exercises.ch{chapter}").WRONG_ANSWERS.get(key)
+    chapter = int(key.split(".")[0])
+    wrong = exercises.CHAPTERS[chapter].WRONG_ANSWERS.get(key)
     assert wrong, f"exercise {key} has no WRONG_ANSWERS to prove its check can fail"
     for answer in wrong:
         feedback = exercises.check(key, answer)
@@ -32,7 +26,7 @@ def test_wrong_answers_get_a_specific_hint(key):
         assert len(feedback.message) > 15 and repr(feedback).startswith("✘")
 
 
-@pytest.mark.parametrize("chapter", [int(m[2:]) for m in MODULES])
+@pytest.mark.parametrize("chapter", list(exercises.CHAPTERS))
 def test_each_chapter_has_three_to_six_exercises(chapter):
     assert 3 <= len(exercises.exercise_keys(chapter)) <= 6
 
@@ -45,7 +39,7 @@ def test_unknown_exercises_are_named():
 
 
 def test_numeric_answer_accepts_close_names_known_mistakes_and_rejects_non_numbers():
-    from kvlib.exercises import numeric_answer
+    from kvlib.exercises.feedback import numeric_answer
 
     mistakes = {200.0: "you counted K only"}
     assert numeric_answer(400.0, 400.0, mistakes) is None
@@ -65,7 +59,7 @@ def _notebook_cells(chapter: int) -> list:
     return [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
 
 
-@pytest.mark.parametrize("chapter", [int(m[2:]) for m in MODULES])
+@pytest.mark.parametrize("chapter", list(exercises.CHAPTERS))
 def test_each_chapter_notebook_poses_every_exercise_and_proves_its_solution_out_of_sight(chapter):
     """The reader sees a blank and a check; CI proves the solution in a cell the book does not show."""
     cells = _notebook_cells(chapter)
@@ -91,7 +85,7 @@ def test_an_unanswered_exercise_gives_its_first_hint_without_judging(key):
 
 
 def test_a_missing_first_hint_is_named(monkeypatch):
-    import kvlib.exercises.ch2 as ch2
+    import kvlib.chapters.ch02_cache_size.exercises as ch2
 
     monkeypatch.setattr(ch2, "FIRST_HINTS", {})
     with pytest.raises(KVLibError, match="exercise 2.1 has no first hint: add it to FIRST_HINTS"):

@@ -1,6 +1,8 @@
 """kvlib.gpus: the data sheets the chapters read, and what chapter 2 computes from the 32 GB consumer GPU."""
 
-from kvlib import gpus, sizing
+from kvlib import gpus
+from kvlib.sizing.capacity import max_batch, weight_bytes
+from kvlib.sizing.catalog import catalog_entry
 from kvlib.units import GiB
 
 
@@ -18,9 +20,9 @@ def test_the_consumer_gpu_sits_below_the_a100_in_memory_and_above_it_in_bandwidt
 
 
 def _max_batch(name, context, memory, dtype):
-    entry = sizing.catalog_entry(name)
-    weights = sizing.weight_bytes(entry.num_parameters, "bf16")
-    return sizing.max_batch(entry.spec, context, memory, weights, 4 * GiB, dtype)
+    entry = catalog_entry(name)
+    weights = weight_bytes(entry.num_parameters, "bf16")
+    return max_batch(entry.spec, context, memory, weights, 4 * GiB, dtype)
 
 
 def test_chapter_2s_figures_on_the_32_gb_gpu():

@@ -4,12 +4,12 @@ from DRAM stays at least four times the cache. One test lists them all, chapter 
 
 import pytest
 
-from kvlib import measure
-from kvlib.cache import decode_speed as decode
-from kvlib.cache import nocache_race as nocache
 from kvlib.cache.contiguous import kv_bytes_per_token
+from kvlib.chapters.ch01_no_cache import nocache_race as nocache
+from kvlib.chapters.ch02_cache_size import decode_speed as decode
+from kvlib.chapters.ch03_paged_attention import kernel_overhead as paged_measure
 from kvlib.measure import hardware
-from kvlib.paged import kernel_overhead as paged_measure
+from kvlib.measure.hardware import dram_bytes
 from kvlib.units import MiB
 
 
@@ -21,7 +21,7 @@ def sizes_from_the_hardware() -> dict[str, tuple[int, int]]:
     trap_bytes = ch1.trap_lengths[-1] * ch1.batch * kv_bytes_per_token(ch1.config)  # float32
     kernel = paged_measure.kernel_sizes("cpu")
     return {
-        "ch0 and bench: DRAM probe buffer": (measure.dram_bytes("cpu"), measure.dram_bytes("cpu")),
+        "ch0 and bench: DRAM probe buffer": (dram_bytes("cpu"), dram_bytes("cpu")),
         "ch2 and ch6: MHA's K at the longest decode context": (k_bytes, setup.longest),
         "ch1: concatenation trap's longest cache": (trap_bytes, ch1.trap_lengths[-1]),
         "ch3: paged kernel's longest K+V": (kernel.kv_bytes(kernel.lengths[-1]), kernel.lengths[-1]),
@@ -38,8 +38,8 @@ def test_every_size_grows_with_the_llc_and_stays_beyond_four_times_it(monkeypatc
     for llc_mib in (32, 512):
         monkeypatch.setenv("KVBOOK_LLC_BYTES", f"{llc_mib}MiB")
         chosen[llc_mib] = sizes_from_the_hardware()
-        for name, (dram_bytes, _) in chosen[llc_mib].items():
-            assert dram_bytes >= 4 * llc_mib * MiB, (llc_mib, name)
+        for name, (dram_size, _) in chosen[llc_mib].items():
+            assert dram_size >= 4 * llc_mib * MiB, (llc_mib, name)
     for name in chosen[32]:
         assert chosen[512][name][1] > chosen[32][name][1], name  # 16x the cache: every size grows
     # at 512 MiB the probe reads 2 GiB, as the README says

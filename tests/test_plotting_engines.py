@@ -8,8 +8,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from kvlib.chapters.ch08_serving_engines.swap_analysis import BreakEven
 from kvlib.plotting.engines import draw_break_even, draw_chunked_tradeoff
-from kvlib.serving.swap_analysis import BreakEven
 
 
 def test_chunked_tradeoff_draws_each_series_in_budget_order_with_off_last():

@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import pytest
 
 from kvlib import KVLibError
+from kvlib.chapters.ch04_serving.rate_comparison import SustainedRates
 from kvlib.plotting.latency import draw_latency_percentiles, draw_rate_curves
-from kvlib.serving.rate_comparison import SustainedRates
 
 
 def row(trace, policy, rate, latency):

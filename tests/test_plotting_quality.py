@@ -9,9 +9,8 @@ import matplotlib.pyplot as plt
 import pytest
 
 from kvlib import KVLibError
-from kvlib.plotting import draw_pareto, draw_recall
-from kvlib.plotting.quality import point_label
-from kvlib.quality.tradeoffs import RatioRow
+from kvlib.chapters.ch07_quality.tradeoffs import RatioRow
+from kvlib.plotting.quality import draw_pareto, draw_recall, point_label
 
 FULL = 2 * 4 * 8 * 16 * 2  # K and V x 4 layers x 8 KV heads x 16 values x 2 bytes = 2,048 bytes per token
 

@@ -14,7 +14,7 @@ numba kernel of chapters 2 and 3 through an identity block table
 through PyTorch's fused ``scaled_dot_product_attention`` (called directly, as
 :func:`~kvlib.model.attention.sdpa_attention` does). A prefill of several tokens, and the
 concatenating cache, use :func:`~kvlib.model.attention.grouped_attention`. Chapter 2 checks their byte
-counts against the size formula (:mod:`kvlib.cache.size_check`); chapter 6 reads
+counts against the size formula (:mod:`kvlib.chapters.ch02_cache_size.size_check`); chapter 6 reads
 :func:`kv_bytes_per_token`.
 """
 

@@ -10,7 +10,7 @@ amounts of work:
   (:class:`~kvlib.cache.contiguous.ConcatKVCache`).
 
 :class:`Decoder` makes one step at a time, so that chapter 1 can time every step and
-run several modes side by side (:mod:`kvlib.cache.nocache_race`); :func:`generate` runs one
+run several modes side by side (:mod:`kvlib.chapters.ch01_no_cache.nocache_race`); :func:`generate` runs one
 mode to the end (chapter 3 compares its tokens with the paged cache's).
 :func:`generate_encdec` decodes with the :class:`~kvlib.model.encdec.EncoderDecoder` and
 records the bytes of its two caches after every step: the self-attention cache grows, the

@@ -16,25 +16,3 @@ the reader does not see (tagged ``remove-cell``). ``feedback`` holds
 :func:`check`, :func:`solution`, :class:`Feedback`, and :func:`numeric_answer`,
 :func:`as_number` and :func:`returned_hint`, the helpers the chapters' checks share.
 """
-
-from kvlib.exercises.feedback import (
-    Feedback,
-    as_number,
-    check,
-    exercise_keys,
-    first_hint,
-    numeric_answer,
-    returned_hint,
-    solution,
-)
-
-__all__ = [
-    "Feedback",
-    "as_number",
-    "check",
-    "exercise_keys",
-    "first_hint",
-    "numeric_answer",
-    "returned_hint",
-    "solution",
-]

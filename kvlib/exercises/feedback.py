@@ -1,7 +1,6 @@
-"""How a reader's answer is checked: :func:`check`, :func:`solution` and the hints they print.
+"""How a reader's answer is judged: :class:`Feedback` and the helpers every chapter's checks share.
 
-:func:`check` finds exercise ``N.k``'s ``check_N_k`` in ``kvlib.exercises.chN`` (imported by
-name, so this module imports no chapter) and wraps its verdict in a :class:`Feedback`, printed
+:func:`kvlib.chapters.exercises.check` wraps a chapter's verdict in a :class:`Feedback`, printed
 as a line starting with ✔ or ✘. :func:`numeric_answer` is what most chapters' checks use: it
 recognises the usual wrong numbers and answers each with the hint for that mistake. Used by
 the exercises of every chapter (0 to 5, 7 and 8).
@@ -9,15 +8,9 @@ the exercises of every chapter (0 to 5, 7 and 8).
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from kvlib import KVLibError
 
 
 @dataclass(frozen=True)
@@ -82,60 +75,3 @@ def numeric_answer(
         if abs(answer - value) <= rel * abs(value):
             return hint
     return f"not quite: recompute {what}, one factor at a time"
-
-
-def _function(key: str, prefix: str) -> Callable:
-    if not isinstance(key, str):  # check(2.1, ...): as a float, 2.1 and 2.10 are one number
-        example = f'check("{key}", answer)' if isinstance(key, float) else 'check("2.3", answer)'
-        raise KVLibError(f"exercise keys are strings such as '2.3', not {key!r}"[:80] + f": write {example}")
-    if not re.fullmatch(r"[0-9]+\.[0-9]+", key):  # ASCII digits only: str.isdigit accepts "²" and "٢"
-        raise KVLibError(f"exercise keys look like '2.3', not {key!r}")
-    chapter, _, number = key.partition(".")
-    try:
-        module = importlib.import_module(f"kvlib.exercises.ch{chapter}")
-        return getattr(module, f"{prefix}_{chapter}_{number}")
-    except (ModuleNotFoundError, AttributeError):
-        raise KVLibError(
-            f"there is no exercise {key!r}; see the exercises at the end of chapter {chapter}"
-        ) from None
-
-
-def check(key: str, answer: Any) -> Feedback:
-    """Check a reader's answer to exercise ``key`` (e.g. ``"2.3"``).
-
-    Each chapter's exercise cell starts as ``answer = ...``: while the answer is still that blank
-    (Python's ``Ellipsis``), the check does not judge it and raises nothing; it says the exercise
-    is not answered yet and gives its first hint (the chapter module's ``FIRST_HINTS``), so that a
-    reader sees a nudge, never the solution, before trying.
-    """
-    judge = _function(key, "check")
-    if answer is Ellipsis:
-        return Feedback(key, False, f"not answered yet. First hint: {first_hint(key)}", answered=False)
-    hint = judge(answer)
-    return Feedback(key, hint is None, "correct." if hint is None else hint)
-
-
-def first_hint(key: str) -> str:
-    """The hint :func:`check` gives for exercise ``key`` before it is answered (``FIRST_HINTS``)."""
-    _function(key, "check")  # names an unknown exercise
-    chapter = key.partition(".")[0]
-    hints = getattr(importlib.import_module(f"kvlib.exercises.ch{chapter}"), "FIRST_HINTS", {})
-    if key not in hints:
-        raise KVLibError(
-            f"exercise {key} has no first hint: add it to FIRST_HINTS in kvlib/exercises/ch{chapter}.py"
-        )
-    return hints[key]
-
-
-def solution(key: str) -> Any:
-    """The reference answer to exercise ``key``."""
-    return _function(key, "solve")()
-
-
-def exercise_keys(chapter: int) -> list[str]:
-    """Keys of every exercise of a chapter, in order (used by the tests)."""
-    module = importlib.import_module(f"kvlib.exercises.ch{chapter}")
-    keys = [
-        name.removeprefix("check_").replace("_", ".") for name in dir(module) if name.startswith("check_")
-    ]
-    return sorted(keys, key=lambda k: tuple(map(int, k.split("."))))

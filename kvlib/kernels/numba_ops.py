@@ -10,7 +10,7 @@ kernel needs and numba does not offer on a CPU:
 - :func:`prefetch` and :func:`prefetch_rows`: a hint that brings the next block of the block
   table towards the core while the current one is computed;
 - :func:`float32_at`: a tensor's memory seen from compiled code, by its address (the lean
-  step's products of :mod:`kvlib.kernels.numba_rows` take addresses, not arrays).
+  step's products of :mod:`kvlib.kernels.numba_row_product` take addresses, not arrays).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ KERNEL_SOURCES = (
     "numba_simd.py",
     "numba_lanes.py",
     "numba_decode.py",
-    "numba_rows.py",
+    "numba_row_product.py",
 )
 
 

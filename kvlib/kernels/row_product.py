@@ -1,6 +1,6 @@
 """``add + x @ w`` for the few rows of a decode step: the lean step's matrix products (chapter 1).
 
-:func:`row_product` runs :func:`kvlib.kernels.numba_rows.rows_times_matrix` where it applies
+:func:`row_product` runs :func:`kvlib.kernels.numba_row_product.rows_times_matrix` where it applies
 (a CPU, float32, at most ``MAX_ROWS`` rows, numba importable, no operand requiring a gradient) and
 ``torch.mm``/``torch.addmm`` everywhere else: prefills of many rows, GPUs, other dtypes,
 training. Both compute the same product; they differ only in rounding.
@@ -21,10 +21,10 @@ MAX_ROWS = 8  # rows (sequences of a decode step) up to which the numba loop run
 
 @functools.cache
 def numba_rows() -> ModuleType | None:
-    """:mod:`kvlib.kernels.numba_rows`, imported on first use, or None where numba cannot run."""
+    """:mod:`kvlib.kernels.numba_row_product`, imported on first use, or None where numba cannot run."""
     if numba_module() is None:
         return None
-    import kvlib.kernels.numba_rows as module
+    import kvlib.kernels.numba_row_product as module
 
     return module
 

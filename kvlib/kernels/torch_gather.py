@@ -9,7 +9,8 @@ reading the blocks in place) and attends with each K/V head shared by its group 
 (:func:`attend_gathered`), as :func:`kvlib.model.attention.grouped_attention` does for the
 contiguous cache. :func:`key_mask` hides the keys a query may not see.
 :class:`kvlib.paged.paged_cache.PagedKVCache` calls it for prefills (several new tokens per
-sequence); :mod:`kvlib.paged.kernel_overhead` checks that it equals contiguous attention and
+sequence); :mod:`kvlib.chapters.ch03_paged_attention.kernel_overhead` checks that it equals contiguous
+attention and
 measures what the gather costs.
 """
 

@@ -5,7 +5,7 @@ a group of ``num_heads // num_kv_heads`` query heads. :func:`grouped_attention` 
 this without copying K and V once per query head: it folds each group's queries into
 the row dimension of one matrix product against the shared K/V head. The models of
 chapter 1 and the contiguous caches of :mod:`kvlib.cache.contiguous` use it for every
-forward pass; chapter 2 (:mod:`kvlib.cache.decode_speed`) measures it against the two usual
+forward pass; chapter 2 (:mod:`kvlib.chapters.ch02_cache_size.decode_speed`) measures it against the two usual
 alternatives, :func:`repeat_kv_attention` and :func:`sdpa_attention`.
 """
 

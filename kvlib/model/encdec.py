@@ -20,9 +20,9 @@ from torch import nn
 
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
-from kvlib.model.init import seeded_weights
 from kvlib.model.llama import MLP, Attention, Block, RMSNorm
 from kvlib.model.rotary import new_token_rotary
+from kvlib.model.seeding import seeded_weights
 
 
 class FullAttention:
@@ -94,7 +94,7 @@ class DecoderBlock(nn.Module):
 class EncoderDecoder(nn.Module):
     """``config.num_layers`` encoder and as many decoder blocks, one shared embedding, seeded weights.
 
-    The weights are drawn in :func:`~kvlib.model.init.seeded_weights` (``config.seed``), like
+    The weights are drawn in :func:`~kvlib.model.seeding.seeded_weights` (``config.seed``), like
     :class:`~kvlib.model.llama.TinyLlama`'s.
     """
 

@@ -4,12 +4,12 @@
 ``LlamaConfig`` (nothing is downloaded); :func:`load_hf_weights` and :func:`from_hf` copy
 its weights into a :class:`~kvlib.model.llama.TinyLlama`, and :func:`max_logit_difference`
 shows that both compute the same logits, which is chapter 1's correctness check. :func:`to_hf`
-goes the other way, for :mod:`kvlib.cache.transformers_race`, which times ``generate``
+goes the other way, for :mod:`kvlib.chapters.ch01_no_cache.transformers_race`, which times ``generate``
 beside our generation.
 
 ``transformers`` is imported only inside these functions (it takes seconds to import),
 and its logging is lowered to errors only while they run (:func:`quiet_transformers`, which
-chapter 2's :mod:`kvlib.cache.size_check` also uses): its generation code logs advice at
+chapter 2's :mod:`kvlib.chapters.ch02_cache_size.size_check` also uses): its generation code logs advice at
 warning level that would otherwise land on stderr.
 """
 
@@ -22,8 +22,8 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.model.config import ModelConfig
-from kvlib.model.init import seeded_weights
 from kvlib.model.llama import TinyLlama
+from kvlib.model.seeding import seeded_weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is built locally; never reach the Hub
 

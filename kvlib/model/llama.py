@@ -2,9 +2,9 @@
 
 Chapter 1 generates text with :class:`TinyLlama` three ways (no cache, preallocated cache,
 cache grown by concatenation, :mod:`kvlib.cache.generation`); chapter 3 runs it on a paged
-cache (:mod:`kvlib.paged.generation`); chapter 6 reuses it. Module and parameter names follow
+cache (:mod:`kvlib.paged.decode_loop`); chapter 6 reuses it. Module and parameter names follow
 Hugging Face's ``LlamaForCausalLM`` so its weights load without renaming
-(:mod:`kvlib.model.hf`), and its weights are drawn in :func:`~kvlib.model.init.seeded_weights`.
+(:mod:`kvlib.model.hf`), and its weights are drawn in :func:`~kvlib.model.seeding.seeded_weights`.
 
 The model does not know how its keys and values are stored: each layer hands the cache
 (the :class:`~kvlib.model.config.KVCache` protocol) its new K and V with its queries, and the
@@ -24,9 +24,9 @@ from torch.nn import functional as F
 
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
-from kvlib.model.init import seeded_weights
 from kvlib.model.lean import FusedWeights, lean_forward
 from kvlib.model.rotary import RotaryTable, apply_rotary, new_token_rotary
+from kvlib.model.seeding import seeded_weights
 
 
 class RMSNorm(nn.Module):

@@ -10,7 +10,7 @@ kernel of :func:`kvlib.kernels.decode_attention` (numba on the CPU, called strai
 kernel :func:`kvlib.kernels.torch_gather.paged_attention`. What one forward pass needs for
 that, computed once for all layers, is an :class:`AttentionMetadata`, whose tensors are views
 of buffers kept from step to step (:class:`~kvlib.paged.step_inputs.StepInputs`). The decode
-loop that drives the cache is in :mod:`kvlib.paged.generation`.
+loop that drives the cache is in :mod:`kvlib.paged.decode_loop`.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class PagedKVCache:
     The caller owns each sequence's token list and manages sequences through
     ``cache.manager`` (allocate a prompt, give a new token a slot, fork, free), chooses the
     sequences of the next forward pass with :meth:`schedule`, and runs the model on their
-    tokens that have no K/V yet (:func:`kvlib.paged.generation.prefill` and
-    :func:`kvlib.paged.generation.decode_step` do both):
+    tokens that have no K/V yet (:func:`kvlib.paged.decode_loop.prefill` and
+    :func:`kvlib.paged.decode_loop.decode_step` do both):
 
     - prefill: ``manager.allocate(seq, tokens)``; ``schedule([seq])``; run the prompt after
       the tokens found in the prefix cache;

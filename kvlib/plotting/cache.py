@@ -2,18 +2,19 @@
 concatenation trap and the encoder-decoder's two caches.
 
 Each function draws one figure of ``book/01_no_cache.ipynb`` from the results of an
-experiment of :mod:`kvlib.cache` (:mod:`kvlib.cache.article`, :mod:`kvlib.cache.nocache_race`,
-:mod:`kvlib.cache.concat_trap`, :mod:`kvlib.cache.generation`) and returns the figure.
+experiment of :mod:`kvlib.cache` (:mod:`kvlib.chapters.ch01_no_cache.article`,
+:mod:`kvlib.chapters.ch01_no_cache.nocache_race`,
+:mod:`kvlib.chapters.ch01_no_cache.concat_trap`, :mod:`kvlib.cache.generation`) and returns the figure.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kvlib.cache.article import cached_working_set, llc_crossing
-from kvlib.cache.concat_trap import TrapPoint
 from kvlib.cache.generation import EncDecGeneration
-from kvlib.cache.nocache_race import Race
+from kvlib.chapters.ch01_no_cache.article import cached_working_set, llc_crossing
+from kvlib.chapters.ch01_no_cache.concat_trap import TrapPoint
+from kvlib.chapters.ch01_no_cache.nocache_race import Race
 from kvlib.plotting.common import axes
 
 

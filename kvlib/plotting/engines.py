@@ -13,9 +13,9 @@ def draw_chunked_tradeoff(rows: list[dict]):
     """p99 time to first token and p99 inter-token latency (ITL) against the token budget of a step.
 
     ``rows``: dicts with "series" (a label: a step model and a request rate), "budget" ("off" or a
-    number of tokens), "ttft_p99_s" and "itl_p99_s"
-    (:func:`kvlib.serving.chunked_prefill.chunked_prefill_sweep`'s rows, labelled); one line per
-    series. "off" is drawn at the right, beyond the largest budget: a step then takes every prompt
+    number of tokens), "ttft_p99_s" and "itl_p99_s" (the rows of
+    :func:`kvlib.chapters.ch08_serving_engines.chunked_prefill.chunked_prefill_sweep`, labelled); one
+    line per series. "off" is drawn at the right, beyond the largest budget: a step then takes every prompt
     whole. TTFT is drawn on a log scale: past saturation it grows by orders of magnitude.
     """
     series = list(dict.fromkeys(r["series"] for r in rows))
@@ -43,7 +43,7 @@ def draw_chunked_tradeoff(rows: list[dict]):
 
 def draw_break_even(line, max_tokens: int = 256):
     """Seconds to resume a preempted request by recomputation and by swapping, against its length
-    (a :class:`kvlib.serving.swap_analysis.BreakEven`), the crossing marked."""
+    (a :class:`kvlib.chapters.ch08_serving_engines.swap_analysis.BreakEven`), the crossing marked."""
     lengths = np.arange(1, max_tokens + 1)
     fig, ax = axes(
         "Resuming a preempted request: recompute or swap back",

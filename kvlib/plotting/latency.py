@@ -1,11 +1,11 @@
 """Chapter 4's figures of the paper's comparison: latency against request rate, the rule that
 reads a sustained rate off each curve, and TTFT and TPOT percentiles against the rate.
 
-Both functions draw the rows of :func:`kvlib.serving.rate_comparison.rate_sweep`:
+Both functions draw the rows of :func:`kvlib.chapters.ch04_serving.rate_comparison.rate_sweep`:
 
 - :func:`draw_rate_curves`: normalised latency (s per output token) against request rate, one
   panel per trace, both axes logarithmic, with the trace's threshold as a dashed line and each
-  policy's sustained rate (:func:`~kvlib.serving.rate_comparison.sustained_rates`) marked where
+  policy's sustained rate (:func:`~kvlib.chapters.ch04_serving.rate_comparison.sustained_rates`) marked where
   its curve crosses it, so that the rule can be seen at work;
 - :func:`draw_latency_percentiles`: time to first token and time per output token, median
   (solid) and 99th percentile (dashed), against the rate, for one trace.
@@ -47,9 +47,10 @@ def _log_axes(ax, title: str, ylabel: str) -> None:
 def draw_rate_curves(rows: list[dict], thresholds: dict):
     """Normalised latency against request rate per policy, one panel per trace, with the rule shown.
 
-    ``rows``: :func:`~kvlib.serving.rate_comparison.rate_sweep`'s; ``thresholds``: trace ->
-    :class:`~kvlib.serving.rate_comparison.SustainedRates` (its ``threshold_s``, ``multiple`` and
-    ``rates``), as :func:`~kvlib.serving.rate_comparison.sustained_rates` returns.
+    ``rows``: :func:`~kvlib.chapters.ch04_serving.rate_comparison.rate_sweep`'s; ``thresholds``: trace ->
+    :class:`~kvlib.chapters.ch04_serving.rate_comparison.SustainedRates` (its ``threshold_s``, ``multiple``
+    and
+    ``rates``), as :func:`~kvlib.chapters.ch04_serving.rate_comparison.sustained_rates` returns.
     """
     traces = list(dict.fromkeys(r["trace"] for r in rows))
     if not traces:

@@ -1,6 +1,7 @@
 """Chapter 5's figure: the levers applied one after another, each quantity relative to the baseline.
 
-:func:`draw_chain` draws the rows of :func:`kvlib.levers.chain_table`: bytes per token and
+:func:`draw_chain` draws the rows of :func:`kvlib.chapters.ch05_levers.levers.chain_table`: bytes per token
+and
 per running sequence, the largest batch, the simulated running batch and throughput.
 """
 

@@ -1,10 +1,10 @@
 """Chapter 7's figures (What a smaller cache costs): quality against KV bytes per token, every lever at once.
 
-Both functions draw the rows of :func:`kvlib.quality.tradeoffs.ratio_rows`, one point per
+Both functions draw the rows of :func:`kvlib.chapters.ch07_quality.tradeoffs.ratio_rows`, one point per
 setting, on a log axis of KV bytes per token with the full cache's bytes marked:
 
 - :func:`draw_pareto`: the perplexity ratio (1.0 = the full cache's), and the Pareto front
-  (:func:`~kvlib.quality.tradeoffs.pareto_front`) as a staircase: the lowest ratio any setting
+  (:func:`~kvlib.chapters.ch07_quality.tradeoffs.pareto_front`) as a staircase: the lowest ratio any setting
   reaches with at most that many bytes;
 - :func:`draw_recall`: the recall of the retrieval probe, which the perplexity ratio hides
   (the probe's answers are a small share of the tokens) and which eviction and fewer heads
@@ -25,8 +25,8 @@ import re
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from kvlib import KVLibError
+from kvlib.chapters.ch07_quality.tradeoffs import RatioRow, pareto_front
 from kvlib.plotting.common import axes
-from kvlib.quality.tradeoffs import RatioRow, pareto_front
 
 # method of a RatioRow -> (legend entry, colour, marker); a family shares a colour
 SERIES = {
@@ -59,10 +59,14 @@ HEAD_SUFFIX = {
 def _check_rows(rows, what: str = "rows") -> list[RatioRow]:
     """``rows`` as a list of RatioRow with positive bytes and known methods, or a one-line KVLibError."""
     if isinstance(rows, RatioRow) or not hasattr(rows, "__iter__"):
-        raise KVLibError(f"{what} must be a list of RatioRow (kvlib.quality.tradeoffs.ratio_rows)")
+        raise KVLibError(
+            f"{what} must be a list of RatioRow (kvlib.chapters.ch07_quality.tradeoffs.ratio_rows)"
+        )
     rows = list(rows)
     if not rows:
-        raise KVLibError(f"{what} is empty: nothing to draw (pass kvlib.quality.tradeoffs.ratio_rows(...))")
+        raise KVLibError(
+            f"{what} is empty: nothing to draw (pass kvlib.chapters.ch07_quality.tradeoffs.ratio_rows(...))"
+        )
     for r in rows:
         if not isinstance(r, RatioRow):
             raise KVLibError(f"{what} must hold RatioRow, not {type(r).__name__}")
@@ -219,7 +223,7 @@ def _bytes_axis(ax, rows: list[RatioRow], full_bytes: float) -> None:
 def draw_pareto(rows: list[RatioRow], front: list[RatioRow] | None = None, logy: bool = False):
     """Chapter 7: perplexity ratio against KV bytes per token (log), every setting, the Pareto front stepped.
 
-    ``front`` defaults to :func:`~kvlib.quality.tradeoffs.pareto_front` of ``rows``: the lowest
+    ``front`` defaults to :func:`~kvlib.chapters.ch07_quality.tradeoffs.pareto_front` of ``rows``: the lowest
     ratio reached with at most a given number of bytes is the staircase through it. ``logy``
     puts the ratio on a log scale too, for when a setting (an MQA not uptrained) lies so far
     above the rest that a linear scale would crush the others onto the line at 1.

@@ -2,7 +2,7 @@
 latency against request rate, and paged's throughput gain against the step-time regime.
 
 Each function draws one figure of ``book/04_serving.ipynb`` from the tables of
-:mod:`kvlib.serving.policy_comparison` and :mod:`kvlib.serving.traces`; the policies keep
+:mod:`kvlib.chapters.ch04_serving.policy_comparison` and :mod:`kvlib.serving.traces`; the policies keep
 the same colour in every figure.
 """
 

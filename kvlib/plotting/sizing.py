@@ -3,7 +3,7 @@ attention's time and roofline for several numbers of KV heads.
 
 :func:`draw_catalog` and :func:`draw_max_batch` draw the sizing arithmetic of
 :mod:`kvlib.sizing` (the static plot beside the calculator widget); :func:`draw_decode_times`
-and :func:`draw_roofline` draw the measurements of :mod:`kvlib.cache.decode_speed`.
+and :func:`draw_roofline` draw the measurements of :mod:`kvlib.chapters.ch02_cache_size.decode_speed`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import torch
 from matplotlib.patches import Patch
 
-from kvlib.cache.decode_speed import DecodeMeasurement
+from kvlib.chapters.ch02_cache_size.decode_speed import DecodeMeasurement
 from kvlib.plotting.common import axes
 from kvlib.sizing.catalog import catalog_entry, catalog_table
 from kvlib.sizing.dtypes import KVDtype, kv_dtype

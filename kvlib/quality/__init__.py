@@ -9,30 +9,3 @@
 Above :mod:`kvlib.cache` (whose quantized and evicting caches it runs) and :mod:`kvlib.train`
 (whose model and documents it reads).
 """
-
-from kvlib.quality.compare import (
-    LeverResult,
-    evicted,
-    fewer_heads,
-    fp16_bytes_per_token,
-    full_cache,
-    quantized,
-)
-from kvlib.quality.score import Quality, logits_in_steps, score_logits
-from kvlib.quality.tradeoffs import RatioRow, lever_sweep, pareto_front, ratio_rows
-
-__all__ = [
-    "LeverResult",
-    "Quality",
-    "RatioRow",
-    "evicted",
-    "fewer_heads",
-    "fp16_bytes_per_token",
-    "full_cache",
-    "logits_in_steps",
-    "pareto_front",
-    "quantized",
-    "ratio_rows",
-    "score_logits",
-    "lever_sweep",
-]

@@ -11,25 +11,3 @@ new chapter, not yet written), and the real bytes behind chapter 2's quantized s
 
 The model's cache built on these is :class:`kvlib.cache.quantized.QuantizedKVCache`, one layer up.
 """
-
-from kvlib.quant.formats import FORMAT_NAMES, KVQuantFormat, kv_quant_format
-from kvlib.quant.fp8 import FP8_DTYPE, FP8_MAX, Fp8Tensor, quantize_fp8
-from kvlib.quant.minmax import QuantizedTensor, quantize_minmax
-from kvlib.quant.packing import PACKED_BITS, pack_codes, unpack_codes
-from kvlib.quant.store import QuantizedKVStore
-
-__all__ = [
-    "FORMAT_NAMES",
-    "FP8_DTYPE",
-    "FP8_MAX",
-    "PACKED_BITS",
-    "Fp8Tensor",
-    "KVQuantFormat",
-    "QuantizedKVStore",
-    "QuantizedTensor",
-    "kv_quant_format",
-    "pack_codes",
-    "quantize_fp8",
-    "quantize_minmax",
-    "unpack_codes",
-]

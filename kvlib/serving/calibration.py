@@ -2,8 +2,8 @@
 
 :func:`calibrate` times decode steps of batches of several sizes and lengths, and prefills
 of several lengths, on a :class:`~kvlib.paged.paged_cache.PagedKVCache`, through the same
-paged decode loop as the real engine (:func:`kvlib.paged.generation.decode_step` and
-:func:`kvlib.paged.generation.prefill`), on the clock the engine uses
+paged decode loop as the real engine (:func:`kvlib.paged.decode_loop.decode_step` and
+:func:`kvlib.paged.decode_loop.prefill`), on the clock the engine uses
 (:func:`kvlib.serving.engine.engine_clock`). It fits
 :class:`kvlib.serving.step_time.StepTimeModel` to them, which :func:`kvlib.serving.simulator.simulate`
 then uses in place of the model.
@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from kvlib.measure.timing import one_cpu_thread, time_it
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import num_blocks_for
-from kvlib.paged.generation import decode_step, prefill
+from kvlib.paged.decode_loop import decode_step, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.engine import engine_clock
 from kvlib.serving.step_time import StepTimeModel, fit_step_time

@@ -7,8 +7,8 @@ takes blocks as tokens arrive and preempts (recomputes) when they run out; ``max
 budget, and the cache behind them gets spare blocks so that storage never limits them.
 Each step runs one forward pass per prefilled prompt (``PagedKVCache`` feeds every
 scheduled sequence the same number of tokens) and one for all decoding sequences, through
-the paged decode loop's steps (:func:`kvlib.paged.generation.prefill` and
-:func:`kvlib.paged.generation.greedy_step`). Each request's tokens live in its
+the paged decode loop's steps (:func:`kvlib.paged.decode_loop.prefill` and
+:func:`kvlib.paged.decode_loop.greedy_step`). Each request's tokens live in its
 ``SeqState.tokens``, which the block manager only reads. :func:`race_engine` times the
 policies fairly; :func:`solo_tokens` is the reference every request's output must equal.
 The simulator's calibration from measured steps is in :mod:`kvlib.serving.calibration`.
@@ -26,7 +26,7 @@ from kvlib import KVLibError
 from kvlib.cache.generation import generate
 from kvlib.measure.timing import clock_for, one_cpu_thread, read_clock, synchronize
 from kvlib.model.llama import TinyLlama
-from kvlib.paged.generation import greedy_step, prefill
+from kvlib.paged.decode_loop import greedy_step, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from

@@ -46,7 +46,8 @@ def simulate(
     scheduler's step limits (default :class:`SchedulerConfig`'s), and chapter 8's chunked
     prefill and swapping. With ``config.preemption_mode="swap"`` a host pool of
     ``config.num_host_blocks`` blocks is counted, and ``swap_model`` (required then: for
-    example :func:`kvlib.serving.swap_analysis.a100_swap_model`) times each step's copies,
+    example :func:`kvlib.chapters.ch08_serving_engines.swap_analysis.a100_swap_model`) times each step's
+    copies,
     added to the step's time (vLLM copies before the forward pass). ``victim``: a preemption
     policy, a function that takes the running requests that may be preempted (a tuple of
     :class:`~kvlib.serving.types.SeqState`, oldest first) and returns the one to preempt; None

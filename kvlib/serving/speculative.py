@@ -21,7 +21,8 @@ call it computes whatever of ``seq.tokens`` it lacks (the whole prompt the first
 two tokens afterwards). Sequences are batched: every draft step is one pass over the
 sequences still guessing, and the target verifies, in one pass each, all sequences with the
 same number of guesses (usually all of them). The draft of chapter 8 is the target's own
-first layers (:mod:`kvlib.serving.speculative_bench`), which also measures acceptance and speed-up.
+first layers (:mod:`kvlib.chapters.ch08_serving_engines.speculative_bench`), which also measures acceptance
+and speed-up.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch
 from kvlib import KVLibError
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import num_blocks_for
-from kvlib.paged.generation import decode_step, give_slots, greedy, prefill
+from kvlib.paged.decode_loop import decode_step, give_slots, greedy, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.arguments import require_count
 from kvlib.serving.traces import Request
@@ -280,7 +281,7 @@ def generate_speculative(
 
     The target prefills the prompt (its first token), then each round gives the newest token
     a slot and calls :func:`speculative_step`. The tokens equal plain greedy decoding
-    (:func:`kvlib.paged.generation.generate_paged`).
+    (:func:`kvlib.paged.decode_loop.generate_paged`).
     """
     num_new, k = require_count(num_new, "num_new"), require_count(k, "k", 0)
     request = Request(0, 0.0, tuple(prompt), num_new)  # checks the prompt's token ids

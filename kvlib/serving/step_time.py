@@ -10,7 +10,7 @@ the sum of its parts: what a CPU step does, one operation after another. The sim
 (:func:`kvlib.serving.simulator.simulate`) uses it as its clock. :func:`fit_step_time` fits the
 constants to measured steps of :mod:`kvlib.model` (:func:`kvlib.serving.calibration.calibrate`
 measures them). A GPU overlaps reading memory with computing, so
-:func:`kvlib.serving.gpu_model.roofline_step` derives an ``overlapped`` model from a data sheet:
+:func:`kvlib.serving.roofline.roofline_step` derives an ``overlapped`` model from a data sheet:
 a step takes the larger of its memory part (the weights, the cached tokens, each sequence's fixed
 state) and its compute part (each sequence's and each prompt token's arithmetic), as on a
 roofline. A memory-bound decode step then absorbs prompt tokens for free, which chunked prefill

@@ -13,7 +13,8 @@ blocks when it resumes. Recomputation pays FLOPs, swapping pays link bytes:
   copies run at the link's speed) and copies block by block. When it is full the
   scheduler falls back to recomputation.
 - :class:`SwapTimeModel`: seconds of one copy, ``per_transfer_s + tokens x bytes_per_token /
-  bandwidth``; :func:`kvlib.serving.swap_analysis.a100_swap_model` states the A100's link.
+  bandwidth``; :func:`kvlib.chapters.ch08_serving_engines.swap_analysis.a100_swap_model` states the A100's
+  link.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ at commit 35d5cda1):
   of ``max_model_len`` tokens (vLLM then estimates the longest length that fits).
 
 :data:`VLLM_FLAGS` maps each input to its ``vllm serve`` flag; the CLI is in
-:mod:`kvlib.sizing.capacity_command`.
+:mod:`kvlib.cli.capacity`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.generation import Decoder, generate
-from kvlib.cache.nocache_race import CPU_CONFIG
+from kvlib.chapters.ch01_no_cache.nocache_race import CPU_CONFIG
 from kvlib.measure.timing import torch_threads
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama

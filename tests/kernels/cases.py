@@ -13,8 +13,8 @@ values upcast to float32: the conversion is exact, so the same bound holds.
 
 import torch
 
+from kvlib.chapters.ch03_paged_attention.kernel_overhead import random_decode_case
 from kvlib.kernels.torch_gather import paged_attention
-from kvlib.paged.kernel_overhead import random_decode_case
 
 RTOL = 1e-5  # of the reference's largest magnitude
 

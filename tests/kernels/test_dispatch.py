@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from kvlib import KVLibError
-from kvlib.kernels import (
+from kvlib.kernels import dispatch
+from kvlib.kernels.dispatch import (
     KERNELS,
     MIN_SPLIT_TOKENS,
     as_blocks,
@@ -14,7 +15,6 @@ from kvlib.kernels import (
     contiguous_tables,
     decode_attention,
     default_kernel,
-    dispatch,
     kernel_info,
     work_items,
 )

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlib.kernels import decode_attention
+from kvlib.kernels.dispatch import decode_attention
 from tests.kernels.cases import RTOL, decode_case, reference, relative_error
 
 pytest.importorskip("numba")

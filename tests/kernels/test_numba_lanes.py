@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("numba")
 
-from kvlib.kernels import decode_attention  # noqa: E402
+from kvlib.kernels.dispatch import decode_attention  # noqa: E402
 from kvlib.kernels.numba_decode import FORMATS, as_numpy, attend_blocks  # noqa: E402
 from kvlib.kernels.numba_lanes import attend_lanes, lanes_fit  # noqa: E402
 from tests.kernels.cases import RTOL, decode_case, reference, relative_error  # noqa: E402

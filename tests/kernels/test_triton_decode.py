@@ -4,7 +4,7 @@ on machines without Triton or CUDA these tests skip, saying why."""
 import pytest
 import torch
 
-from kvlib.kernels import decode_attention
+from kvlib.kernels.dispatch import decode_attention
 from kvlib.kernels.triton_decode import triton_available
 from tests.kernels.cases import RTOL, decode_case, reference, relative_error
 
@@ -26,6 +26,6 @@ def test_triton_equals_the_reference(block_size, group, dtype):
 
 
 def test_triton_is_the_default_on_cuda():
-    from kvlib.kernels import default_kernel
+    from kvlib.kernels.dispatch import default_kernel
 
     assert default_kernel("cuda") == "triton"

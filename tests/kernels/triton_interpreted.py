@@ -16,7 +16,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # before kvlib imports Triton
 
 import torch  # noqa: E402
 
-from kvlib.kernels import decode_attention  # noqa: E402
+from kvlib.kernels.dispatch import decode_attention  # noqa: E402
 from kvlib.kernels.triton_decode import triton_runs_on  # noqa: E402
 from tests.kernels.cases import RTOL, decode_case, reference, relative_error  # noqa: E402
 
@@ -51,7 +51,7 @@ def paged_model_tokens() -> None:
     from kvlib.cache.generation import generate
     from kvlib.model.config import ModelConfig
     from kvlib.model.llama import TinyLlama
-    from kvlib.paged.generation import generate_paged
+    from kvlib.paged.decode_loop import generate_paged
     from kvlib.paged.paged_cache import PagedKVCache
 
     PagedKVCache.decode_kernel = "triton"

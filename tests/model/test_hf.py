@@ -5,7 +5,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.generation import generate
-from kvlib.cache.transformers_race import time_hf_generate
+from kvlib.chapters.ch01_no_cache.transformers_race import time_hf_generate
 from kvlib.model.config import ModelConfig
 from kvlib.model.hf import (
     from_hf,

@@ -6,7 +6,7 @@ import torch
 
 from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache
 from kvlib.cache.generation import Decoder
-from kvlib.cache.nocache_race import CPU_CONFIG
+from kvlib.chapters.ch01_no_cache.nocache_race import CPU_CONFIG
 from kvlib.model.config import ModelConfig
 from kvlib.model.lean import FusedWeights, fuse_layer, normed
 from kvlib.model.llama import TinyLlama
@@ -137,7 +137,7 @@ def test_lean_pass_in_bfloat16_is_close_to_the_reference():
 
 
 def test_a_decode_step_dispatches_at_most_half_the_reference_operators():
-    from kvlib.cache.step_roofline import count_step_ops
+    from kvlib.chapters.ch01_no_cache.step_roofline import count_step_ops
 
     model = TinyLlama(CPU_CONFIG).eval()
     lean = Decoder(model, torch.tensor([[0]]), 4)

@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kvlib.chapters.ch03_paged_attention.kernel_overhead import paged_vs_contiguous_error, random_decode_case
 from kvlib.measure.timing import torch_threads
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
-from kvlib.paged.kernel_overhead import paged_vs_contiguous_error, random_decode_case
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.paged.usage import block_usage
 

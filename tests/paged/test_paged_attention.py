@@ -1,24 +1,24 @@
 """The paged kernel equals contiguous attention, the model generates the same tokens on the paged
 cache as on the contiguous one (with each decode kernel), and the chapter 3 measurement helpers
-behave (kvlib.kernels.torch_gather, kvlib.paged.paged_cache, kvlib.paged.generation,
-kvlib.paged.kernel_overhead, kvlib.paged.memory_waste)."""
+behave (kvlib.kernels.torch_gather, kvlib.paged.paged_cache, kvlib.paged.decode_loop,
+kvlib.chapters.ch03_paged_attention.kernel_overhead, kvlib.chapters.ch03_paged_attention.memory_waste)."""
 
 import pytest
 import torch
 
 from kvlib import KVLibError
 from kvlib.cache.generation import generate
-from kvlib.model.config import ModelConfig
-from kvlib.model.llama import TinyLlama
-from kvlib.paged import kernel_overhead as paged_measure
-from kvlib.paged.generation import decode_branches, generate_paged
-from kvlib.paged.kernel_overhead import (
+from kvlib.chapters.ch03_paged_attention import kernel_overhead as paged_measure
+from kvlib.chapters.ch03_paged_attention.kernel_overhead import (
     KernelSizes,
     paged_vs_contiguous_error,
     random_decode_case,
     time_decode_attention,
 )
-from kvlib.paged.memory_waste import reservation_waste
+from kvlib.chapters.ch03_paged_attention.memory_waste import reservation_waste
+from kvlib.model.config import ModelConfig
+from kvlib.model.llama import TinyLlama
+from kvlib.paged.decode_loop import decode_branches, generate_paged
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.paged.usage import block_snapshot, block_usage
 
@@ -227,7 +227,7 @@ def test_chapter_3_figures_draw():
     import matplotlib.pyplot as plt
 
     from kvlib.paged.block_manager import BlockManager
-    from kvlib.plotting import draw_block_tables, draw_kernel_overhead, draw_memory_waste
+    from kvlib.plotting.paged import draw_block_tables, draw_kernel_overhead, draw_memory_waste
 
     manager = BlockManager(num_blocks=6, block_size=4)
     manager.allocate(0, list(range(6)))

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from kvlib import KVLibError
-from kvlib.cache.step_roofline import count_step_ops
+from kvlib.chapters.ch01_no_cache.step_roofline import count_step_ops
 from kvlib.kernels.dispatch import numba_module
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
-from kvlib.paged.generation import generate_paged, give_slots, greedy, greedy_step, prefill
+from kvlib.paged.decode_loop import generate_paged, give_slots, greedy, greedy_step, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.paged.step_inputs import StepInputs
 
@@ -79,7 +79,7 @@ def test_the_greedy_step_on_the_paged_cache_allocates_no_tensor():
 
 
 def test_the_greedy_step_picks_what_greedy_picks_from_the_logits():
-    from kvlib.paged.generation import decode_step
+    from kvlib.paged.decode_loop import decode_step
 
     model = TinyLlama(ModelConfig(**SMALL)).eval()
     cache_a, tokens_a = _started(model, [[5, 6], [7]])

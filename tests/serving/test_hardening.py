@@ -292,14 +292,14 @@ def test_memories_check_their_counts():
     ],
 )
 def test_kv_budget_names_its_bad_arguments(kwargs, message):
-    from kvlib.serving.gpu_model import kv_budget
+    from kvlib.serving.roofline import kv_budget
 
     with pytest.raises(KVLibError, match=message):
         kv_budget("Llama-2-7B", **kwargs)
 
 
 def test_roofline_step_refuses_a_bool_count():
-    from kvlib.serving.gpu_model import roofline_step
+    from kvlib.serving.roofline import roofline_step
 
     with pytest.raises(KVLibError, match="bytes_per_token must be an integer >= 1, not True"):
         roofline_step(10**9, True)

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from kvlib import KVLibError
+from kvlib.chapters.ch08_serving_engines.speculative_bench import layer_draft
 from kvlib.measure.timing import torch_threads
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_pool import hash_block_tokens
-from kvlib.paged.generation import generate_paged, prefill
+from kvlib.paged.decode_loop import generate_paged, prefill
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.speculative import (
     free_draft,
@@ -18,7 +19,6 @@ from kvlib.serving.speculative import (
     speculative_decode,
     speculative_step,
 )
-from kvlib.serving.speculative_bench import layer_draft
 from kvlib.serving.traces import Request
 from kvlib.serving.types import SeqState
 

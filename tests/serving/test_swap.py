@@ -7,6 +7,12 @@ import pytest
 import torch
 
 from kvlib import KVLibError
+from kvlib.chapters.ch08_serving_engines.swap_analysis import (
+    a100_swap_model,
+    break_even,
+    free_prefill_tokens,
+    swap_vs_recompute_break_even_tokens,
+)
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.paged_cache import PagedKVCache
@@ -16,12 +22,6 @@ from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.swap import HostPool, SwapTimeModel
-from kvlib.serving.swap_analysis import (
-    a100_swap_model,
-    break_even,
-    free_prefill_tokens,
-    swap_vs_recompute_break_even_tokens,
-)
 from kvlib.serving.traces import Request, TraceSpec, make_trace
 
 MODEL = TinyLlama(

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from kvlib import KVLibError
-from kvlib.sizing import spec_from_config
 from kvlib.sizing.config_keys import IGNORED_KEYS, KNOWN_KEYS, SIZE_RELEVANT
+from kvlib.sizing.config_reader import spec_from_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LLAMA = {
@@ -109,7 +109,9 @@ def test_zambas_hybrid_blocks_are_refused():
      ("qwen3_next", 12), ("gpt_oss", 36), ("falcon", 32), ("gpt2", 12), ("mllama", 40)],
 )  # fmt: skip
 def test_transformers_own_config_dicts_are_read(model_type, num_attention_layers):
-    """transformers' to_dict() (what kvlib.cache.size_check passes) carries every key the class has."""
+    """transformers' to_dict() (what kvlib.chapters.ch02_cache_size.size_check passes) carries every key the
+    class has.
+    """
     transformers = pytest.importorskip("transformers")
     config = transformers.CONFIG_MAPPING[model_type]().to_dict()
     assert spec_from_config(config).num_attention_layers == num_attention_layers

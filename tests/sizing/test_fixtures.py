@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlib.sizing import cache_size, spec_from_config
+from kvlib.sizing.config_reader import spec_from_config
+from kvlib.sizing.spec import cache_size
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KV = 2  # K and V

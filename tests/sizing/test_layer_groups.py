@@ -4,9 +4,10 @@ and the reader's layer-pattern rules (kvlib.sizing.layer_groups, kvlib.sizing.la
 import pytest
 
 from kvlib import KVLibError
-from kvlib.sizing import cache_bytes, cache_size, catalog_entry, spec_from_config
+from kvlib.sizing.catalog import catalog_entry
+from kvlib.sizing.config_reader import spec_from_config
 from kvlib.sizing.layer_groups import FULL_ATTENTION, NO_CACHE, LayerGroups, LayerKind
-from kvlib.sizing.spec import ModelSpec
+from kvlib.sizing.spec import ModelSpec, cache_bytes, cache_size
 
 LLAMA = {
     "model_type": "llama",

@@ -3,7 +3,8 @@
 import pytest
 
 from kvlib import KVLibError
-from kvlib.sizing import catalog_entry, spec_from_config
+from kvlib.sizing.catalog import catalog_entry
+from kvlib.sizing.config_reader import spec_from_config
 from kvlib.sizing.layer_groups import NO_CACHE, LayerGroups, LayerKind
 from kvlib.sizing.parallel import (
     check_parallel,

@@ -1,5 +1,5 @@
 """vLLM's KV blocks, cache tokens and maximum concurrency (kvlib.sizing.vllm_capacity) and the
-``capacity`` command (kvlib.sizing.capacity_command), each number worked out by hand here from the
+``capacity`` command (kvlib.cli.capacity), each number worked out by hand here from the
 rules of vLLM's kv_cache_utils.py / kv_cache_interface.py / gpu_worker.py."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from kvlib import KVLibError
 from kvlib.cli import _Parser
-from kvlib.sizing import capacity_command, vllm_capacity
+from kvlib.cli import capacity as capacity_command
+from kvlib.sizing import vllm_capacity
 from kvlib.sizing.catalog import catalog_entry
 from kvlib.sizing.spec import ModelSpec
 from kvlib.sizing.vllm_capacity import VLLM_FLAGS, vllm_log_lines

@@ -1,0 +1,1 @@
+"""How to read the measurements (chapter 0): its exercises and its bench section."""

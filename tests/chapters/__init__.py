@@ -1,0 +1,1 @@
+"""Tests of kvlib.chapters: one folder per chapter."""

@@ -1,0 +1,1 @@
+"""Tests of kvlib.chapters.ch02_cache_size."""

@@ -1,0 +1,1 @@
+"""Tests of kvlib.chapters.ch06_troubleshooting."""
