@@ -1,23 +1,27 @@
 """kvlib: the small library behind *kvbook*, a book about the KV cache of transformers.
 
-One concept per package; each package's docstring lists its modules. Imports point down:
+Two houses. The library holds the concepts, one per package, each package's docstring listing its
+modules; imports point down this list:
 
-- ``units``, ``gpus``: byte units and ceiling division; GPU data sheets (chapters 4, 5).
-- ``measure``: timer, hardware facts and banner, bandwidth and FLOP probes (chapter 0).
-- ``sizing``: how big a cache is, for any model as the Hub publishes it, per GPU under tensor
-  and pipeline parallelism, and as vLLM allocates it; pure arithmetic (chapter 2).
-- ``kernels``: decode attention through block tables: the PyTorch gather reference, the fused
-  numba kernel (CPU) and the Triton kernel (CUDA), chosen per device (chapters 2, 3).
-- ``quant``: quantized KV storage (int8/int4/int2 min-max, fp8, KIVI), for the quality chapter
-  of issue 14 (not yet written).
-- ``model``: a tiny Llama, attention variants, an encoder-decoder, the transformers bridge.
-- ``cache``: contiguous caches, generation, FLOP counts, chapter 1's experiments and
-  chapter 2's decode speed.
-- ``paged``: blocks, block tables, copy-on-write, prefix caching, paged kernels (chapter 3).
-- ``serving``: scheduler, memory policies, simulator, real engine (chapter 4).
-- ``levers`` (chapter 5), ``troubleshoot`` (the troubleshooting page), ``exercises``.
-- ``plotting``: every figure of the book (the only importer of matplotlib).
-- ``cli``: ``python -m kvlib`` (``env``, ``size``, ``capacity``, ``bench``).
+- ``units``, ``gpus``: byte units and ceiling division; GPU data sheets.
+- ``measure``: the one timer, the hardware read rather than assumed (and the banner), the probes.
+- ``sizing``: how big a cache is, for any model as the Hub publishes it, per GPU under tensor and
+  pipeline parallelism, and as vLLM allocates it; pure arithmetic.
+- ``kernels``: decode attention through block tables (PyTorch, numba on a CPU, Triton on CUDA).
+- ``quant``: quantized KV storage (int8/int4/int2 min-max, fp8, KIVI).
+- ``model``: a tiny Llama (and its lean decode pass), attention variants, an encoder-decoder,
+  fewer K/V heads by pooling, the ``transformers`` bridge.
+- ``cache``: contiguous caches, quantized and evicting caches, greedy generation.
+- ``paged``: blocks, block tables, copy-on-write, prefix caching, the paged cache and decode loop.
+- ``serving``: traces, memory policies, the scheduler, step-time models, the simulator, a real
+  engine, speculative decoding, latency metrics.
+- ``train``, ``quality``: the model chapter 7 trains, and how a cache's quality cost is scored.
+- ``exercises``: how a reader's answer is judged (the helpers every chapter's checks share).
+
+The chapters' own code lives above the library, in ``chapters`` (one package per chapter: its
+experiments, its bench section, its exercises); ``plotting`` draws every figure (the only importer
+of matplotlib) and ``cli`` is ``python -m kvlib`` (``env``, ``size``, ``capacity``, ``bench``,
+``train``). Importing kvlib changes nothing outside it.
 """
 
 __version__ = "0.1.0"
@@ -25,17 +29,3 @@ __version__ = "0.1.0"
 
 class KVLibError(ValueError):
     """Bad input to kvlib: the message names the problem in one line."""
-
-
-def _show_whole_tables() -> None:
-    """Let pandas print every column and whole strings: the book's tables must not be cut short."""
-    try:
-        import pandas
-    except ImportError:  # kvlib itself does not need pandas
-        return
-    pandas.set_option("display.max_columns", None)
-    pandas.set_option("display.max_colwidth", None)
-    pandas.set_option("display.width", 250)
-
-
-_show_whole_tables()
