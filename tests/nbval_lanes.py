@@ -31,7 +31,15 @@ from pathlib import Path
 from tests.toc import ROOT, toc_notebooks
 
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg"]
-COMPUTE = ("04_serving", "05_levers", "07_quality", "08_serving_engines")  # the rest is the timing lane
+COMPUTE = (
+    "04_serving",
+    "05_levers",
+    "07_quality",
+    "08_serving_engines",
+    "10_window_allocator",
+    "11_prefix_tree_routing",
+    "12_offload_tier",
+)  # the rest is the timing lane
 
 
 def lanes() -> dict[str, list[str]]:
