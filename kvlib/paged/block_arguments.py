@@ -24,20 +24,6 @@ def check_seq_id(seq_id) -> None:
         ) from None
 
 
-def as_index(value, what: str) -> int:
-    """``value`` as a plain int (numpy integers accepted), or a KVLibError naming ``what``.
-
-    A bool or a float is refused: a float block id or token count would be stored, then fail
-    far away (``mark_computed(0, 4.0)`` stored 4.0 and broke the next slicing of the token list).
-    """
-    if isinstance(value, bool):
-        raise KVLibError(f"{what} must be an integer, not {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise KVLibError(f"{what} must be an integer, not {value!r}"[:200]) from None
-
-
 def checked_token_ids(token_ids: Sequence[int]) -> Sequence[int]:
     """``token_ids`` itself, once every token is checked to be a non-negative integer (at least one)."""
     try:

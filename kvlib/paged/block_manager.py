@@ -41,7 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvlib import KVLibError
-from kvlib.paged.block_arguments import as_index, check_seq_id, checked_token_ids
+from kvlib.checks import as_int
+from kvlib.paged.block_arguments import check_seq_id, checked_token_ids
 from kvlib.paged.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
 from kvlib.units import ceil_div
 
@@ -141,7 +142,7 @@ class BlockManager:
     def slot(self, seq_id: int, position: int) -> int:
         """Index of the slot holding token ``position`` of a sequence, counted over the whole pool."""
         seq = self._get(seq_id)
-        position = as_index(position, "a token position")
+        position = as_int(position, "a token position")
         if not 0 <= position < seq.num_tokens:
             raise KVLibError(f"position {position} is outside sequence {seq_id} of {seq.num_tokens} tokens")
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
@@ -151,7 +152,7 @@ class BlockManager:
 
         Python's negative indices are refused: ``ref_cnt(-1)`` would report the last block's count.
         """
-        block_id = as_index(block_id, "a block id")
+        block_id = as_int(block_id, "a block id")
         if not 0 <= block_id < self.num_blocks:
             raise KVLibError(f"block id {block_id} is outside the pool of {self.num_blocks} blocks")
         return self.pool.blocks[block_id].ref_cnt
@@ -284,7 +285,7 @@ class BlockManager:
         draft token waits for :meth:`accept`.
         """
         seq = self._get(seq_id)
-        num_tokens = seq.num_tokens if num_tokens is None else as_index(num_tokens, "num_tokens")
+        num_tokens = seq.num_tokens if num_tokens is None else as_int(num_tokens, "num_tokens")
         if not seq.num_computed <= num_tokens <= seq.num_tokens:
             raise KVLibError(
                 f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "
@@ -313,7 +314,7 @@ class BlockManager:
         The caller then drops the rejected tokens from its list.
         """
         seq = self._get(seq_id)
-        num_accepted = as_index(num_accepted, "num_accepted")
+        num_accepted = as_int(num_accepted, "num_accepted")
         if not 0 <= num_accepted <= seq.num_speculative:
             raise KVLibError(
                 f"sequence {seq_id}: cannot accept {num_accepted} of its {seq.num_speculative} draft tokens"
@@ -331,7 +332,7 @@ class BlockManager:
         drops the released tokens from its list.
         """
         seq = self._get(seq_id)
-        num_tokens = as_index(num_tokens, "num_tokens")
+        num_tokens = as_int(num_tokens, "num_tokens")
         if not 1 <= num_tokens <= seq.num_tokens:
             raise KVLibError(f"sequence {seq_id}: cannot keep {num_tokens} of its {seq.num_tokens} tokens")
         keep = self.num_blocks_for(num_tokens)

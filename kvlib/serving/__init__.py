@@ -4,7 +4,6 @@ speculative decoding, prefix caching predicted, the cache over many GPUs.
 
 Modules, bottom to top (each imports only those above it):
 
-- ``arguments``: the checks of counts, times and token ids every entry point below runs first.
 - ``traces``: seeded request traces with the vLLM paper's length statistics, :class:`Request`.
 - ``types``: what the scheduler and the memory share: :class:`SeqState`, :class:`StepPlan`,
   :class:`StepRecord`, the memory categories (:data:`CATEGORIES`) and the :class:`Memory`

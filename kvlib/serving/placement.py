@@ -21,10 +21,10 @@ slot of the budget is.
 from __future__ import annotations
 
 from kvlib import KVLibError
+from kvlib.checks import require_int, require_real
 from kvlib.paged.block_manager import Allocation, BlockManager, num_blocks_for
 from kvlib.paged.usage import stored_tokens
 from kvlib.serving.allocators import BuddyAllocator, ContiguousAllocator, next_pow2
-from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.traces import Request
 from kvlib.serving.types import SeqState, StepPlan
 
@@ -65,7 +65,7 @@ class ReservedMemory:
         manager: BlockManager | None = None,
         allocator: str = "buddy",
     ):
-        num_slots, max_len = require_count(num_slots, "num_slots"), require_count(max_len, "max_len")
+        num_slots, max_len = require_int(num_slots, "num_slots"), require_int(max_len, "max_len")
         reservation_slots(policy, Request(0, 0.0, (0,), 1), max_len)  # validates the name
         if allocator not in ALLOCATORS:
             raise KVLibError(f"unknown allocator {allocator!r}; choose from {', '.join(ALLOCATORS)}")
@@ -147,8 +147,8 @@ class BlockCounter:
 
     def __init__(self, num_blocks: int, block_size: int):
         num_blocks, block_size = (
-            require_count(num_blocks, "num_blocks"),
-            require_count(block_size, "block_size"),
+            require_int(num_blocks, "num_blocks"),
+            require_int(block_size, "block_size"),
         )
         self.num_blocks, self.block_size, self.num_free_blocks = num_blocks, block_size, num_blocks
         self.num_slots: dict[int, int] = {}  # seq_id -> tokens with a slot
@@ -282,8 +282,8 @@ def make_memory(
     admission keeps free) the paged one. Every count is checked to be an integer >= 1 first: a
     ``block_size`` of 0 divided by zero, and one of 1.5 ran on with fractional blocks.
     """
-    num_slots, max_len = require_count(num_slots, "num_slots"), require_count(max_len, "max_len")
-    block_size = require_count(block_size, "block_size")
+    num_slots, max_len = require_int(num_slots, "num_slots"), require_int(max_len, "max_len")
+    block_size = require_int(block_size, "block_size")
     if not isinstance(enable_prefix_caching, bool):
         raise KVLibError(f"enable_prefix_caching must be True or False, not {enable_prefix_caching!r}")
     if not isinstance(allocator, str) or allocator not in ALLOCATORS:

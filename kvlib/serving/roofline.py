@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.checks import require_int, require_real
 from kvlib.gpus import A100_40GB, A100_BYTES, GPU, MEMORY_FRACTION
-from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.sizing.capacity import weight_bytes
 from kvlib.sizing.catalog import catalog_entry
@@ -53,7 +53,7 @@ def kv_budget(
 
     ``memory_fraction`` is vLLM's ``--gpu-memory-utilization``, a share in (0, 1].
     """
-    gpu_bytes, block_size = require_count(gpu_bytes, "gpu_bytes"), require_count(block_size, "block_size")
+    gpu_bytes, block_size = require_int(gpu_bytes, "gpu_bytes"), require_int(block_size, "block_size")
     if not 0 < require_real(memory_fraction, "memory_fraction") <= 1:
         raise KVLibError(f"memory_fraction is a share of the GPU in (0, 1], not {memory_fraction!r}")
     entry = catalog_entry(model)
@@ -88,7 +88,7 @@ def roofline_step(
         ("bytes_per_token", bytes_per_token, 1),
         ("state_bytes", state_bytes, 0),
     ):
-        require_count(value, key, low)
+        require_int(value, key, low)
     flops_per_token = 2 * num_parameters / gpu.fp16_flops
     return StepTimeModel(
         fixed_s=weight_bytes(num_parameters, "fp16") / gpu.bandwidth,

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvlib import KVLibError
-from kvlib.serving.arguments import require_count
+from kvlib.checks import require_int
 from kvlib.serving.swap import HostPool
 from kvlib.serving.traces import Request
 from kvlib.serving.types import Memory, SeqState, StepPlan, StepRecord
@@ -58,14 +58,14 @@ class SchedulerConfig:
 
     def __post_init__(self):
         # 0 sequences would run nothing, ever: name it here rather than as "a request never fits"
-        require_count(self.max_num_seqs, "max_num_seqs")
-        require_count(self.max_prefill_tokens, "max_prefill_tokens")
+        require_int(self.max_num_seqs, "max_num_seqs")
+        require_int(self.max_prefill_tokens, "max_prefill_tokens")
         if not isinstance(self.enable_chunked_prefill, bool):
             raise KVLibError(
                 f"enable_chunked_prefill must be True or False, not {self.enable_chunked_prefill!r}"
             )
         if self.max_num_batched_tokens is not None:
-            require_count(self.max_num_batched_tokens, "max_num_batched_tokens")
+            require_int(self.max_num_batched_tokens, "max_num_batched_tokens")
             if not self.enable_chunked_prefill:
                 raise KVLibError(
                     "max_num_batched_tokens needs enable_chunked_prefill=True "
@@ -78,7 +78,7 @@ class SchedulerConfig:
             )
         if self.preemption_mode not in PREEMPTION_MODES:
             raise KVLibError(f"unknown preemption_mode {self.preemption_mode!r}; choose recompute or swap")
-        require_count(self.num_host_blocks, "num_host_blocks", 0)
+        require_int(self.num_host_blocks, "num_host_blocks", 0)
         if self.preemption_mode == "swap" and self.num_host_blocks < 1:
             raise KVLibError("preemption_mode 'swap' needs num_host_blocks >= 1 (the host pool)")
 

@@ -14,7 +14,7 @@ and how many sequences run.
 from __future__ import annotations
 
 from kvlib import KVLibError
-from kvlib.serving.arguments import require_count
+from kvlib.checks import require_int
 from kvlib.serving.placement import make_memory
 from kvlib.serving.results import RunResult, result_from
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig, VictimPolicy
@@ -67,7 +67,7 @@ def simulate(
         raise KVLibError(f"swap_model must be a SwapTimeModel or None, not {type(swap_model).__name__}")
     if config.preemption_mode == "swap" and swap_model is None:
         raise KVLibError("preemption_mode 'swap' needs a swap_model to time the copies (a SwapTimeModel)")
-    max_len = require_count(max_len, "max_len")
+    max_len = require_int(max_len, "max_len")
     longest = max(r.total_len for r in requests)
     if longest > max_len:
         raise KVLibError(f"a request of {longest} tokens exceeds max_len {max_len}")

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import num_blocks_for
 from kvlib.paged.decode_loop import decode_step, give_slots, greedy, prefill
 from kvlib.paged.paged_cache import PagedKVCache
-from kvlib.serving.arguments import require_count
 from kvlib.serving.traces import Request
 from kvlib.serving.types import SeqState
 
@@ -81,7 +81,7 @@ def _check_step(target, draft, target_cache, draft_cache, seqs, k, max_new) -> l
         raise KVLibError("the target and the draft need caches of their own")
     if draft.config.vocab_size != target.config.vocab_size:
         raise KVLibError(f"draft vocabulary {draft.config.vocab_size} != target's {target.config.vocab_size}")
-    k = require_count(k, "k", 0)
+    k = require_int(k, "k", 0)
     if not seqs or not all(isinstance(s, SeqState) for s in seqs):
         raise KVLibError("seqs must be a non-empty list of SeqState")
     manager = target_cache.manager
@@ -94,7 +94,7 @@ def _check_step(target, draft, target_cache, draft_cache, seqs, k, max_new) -> l
         return [k + 1] * len(seqs)
     if len(max_new) != len(seqs):
         raise KVLibError(f"max_new has {len(max_new)} entries for {len(seqs)} sequences")
-    return [min(k + 1, require_count(m, "max_new")) for m in max_new]
+    return [min(k + 1, require_int(m, "max_new")) for m in max_new]
 
 
 def _forward(model: TinyLlama, cache: PagedKVCache, seq_ids, rows, last_only: bool) -> torch.Tensor:
@@ -283,7 +283,7 @@ def generate_speculative(
     a slot and calls :func:`speculative_step`. The tokens equal plain greedy decoding
     (:func:`kvlib.paged.decode_loop.generate_paged`).
     """
-    num_new, k = require_count(num_new, "num_new"), require_count(k, "k", 0)
+    num_new, k = require_int(num_new, "num_new"), require_int(k, "k", 0)
     request = Request(0, 0.0, tuple(prompt), num_new)  # checks the prompt's token ids
     if len(prompt) + num_new > min(target.config.max_seq_len, draft.config.max_seq_len):
         raise KVLibError(f"{len(prompt)} + {num_new} tokens exceed the models' max_seq_len")

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from kvlib import KVLibError
 from kvlib.cache.contiguous import kv_bytes_per_token
+from kvlib.checks import require_int
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.paged_cache import PagedKVCache
-from kvlib.serving.arguments import require_count
 from kvlib.serving.scheduler import SchedulerConfig
 from kvlib.serving.types import SeqState
 
@@ -72,7 +72,7 @@ def speculator(
         return None
     if not isinstance(draft, TinyLlama):
         raise KVLibError(f"draft must be a TinyLlama or None, not {type(draft).__name__}")
-    k = require_count(num_speculative_tokens, "num_speculative_tokens (with a draft model)")
+    k = require_int(num_speculative_tokens, "num_speculative_tokens (with a draft model)")
     if draft.config.vocab_size != target.config.vocab_size:
         raise KVLibError(
             f"the draft's vocabulary ({draft.config.vocab_size}) differs from the target's "

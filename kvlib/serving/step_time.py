@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlib import KVLibError
-from kvlib.serving.arguments import require_real
+from kvlib.checks import require_real
 from kvlib.serving.types import StepPlan
 
 TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")  # StepTimeModel's constants, in order

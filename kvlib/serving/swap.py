@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import require_int, require_real
 from kvlib.paged.block_manager import num_blocks_for
 from kvlib.paged.paged_cache import PagedKVCache
-from kvlib.serving.arguments import require_count, require_real
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class SwapTimeModel:
     source: str = ""  # where the numbers come from (a data sheet, a measurement)
 
     def __post_init__(self):
-        require_count(self.bytes_per_token, "SwapTimeModel.bytes_per_token")
+        require_int(self.bytes_per_token, "SwapTimeModel.bytes_per_token")
         require_real(self.bandwidth, "SwapTimeModel.bandwidth (bytes/s)", positive=True)
         require_real(self.per_transfer_s, "SwapTimeModel.per_transfer_s (seconds)")
 
@@ -60,8 +60,8 @@ class HostPool:
     """
 
     def __init__(self, num_blocks: int, block_size: int, cache: PagedKVCache | None = None):
-        self.num_blocks = require_count(num_blocks, "the host pool's num_blocks")
-        self.block_size = require_count(block_size, "the host pool's block_size")
+        self.num_blocks = require_int(num_blocks, "the host pool's num_blocks")
+        self.block_size = require_int(block_size, "the host pool's block_size")
         if cache is not None and not isinstance(cache, PagedKVCache):
             raise KVLibError(f"cache must be a PagedKVCache or None, not {type(cache).__name__}")
         if cache is not None and cache.block_size != block_size:
@@ -94,7 +94,7 @@ class HostPool:
 
         Call it before the device blocks are freed: it reads them through the cache's manager.
         """
-        num_tokens = require_count(num_tokens, "the tokens to swap out")
+        num_tokens = require_int(num_tokens, "the tokens to swap out")
         if seq_id in self.held:
             raise KVLibError(f"sequence {seq_id} is already swapped out")
         need = num_blocks_for(num_tokens, self.block_size)

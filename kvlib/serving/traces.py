@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from kvlib import KVLibError
-from kvlib.serving.arguments import are_token_ids, require_count, require_real
+from kvlib.checks import are_token_ids, require_int, require_real
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class TraceSpec:
     def __post_init__(self):
         for key in ("mean_input", "mean_output", "sigma"):
             require_real(getattr(self, key), f"trace {self.name!r}: {key}")
-        require_count(self.max_len, f"trace {self.name!r}: max_len", 2)
+        require_int(self.max_len, f"trace {self.name!r}: max_len", 2)
         if not (self.sigma > 0 and self.max_len >= 2):
             raise KVLibError(
                 f"trace {self.name!r}: sigma must be > 0 and max_len >= 2, not {self.sigma}, {self.max_len}"
@@ -136,7 +136,7 @@ def sample_lengths(spec: TraceSpec, num: int, seed: int = 0) -> tuple[np.ndarray
     if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 1:  # True is no count
         raise KVLibError(f"the number of requests must be a positive integer, not {num!r}")
     num = int(num)
-    rng = np.random.default_rng(require_count(seed, "the seed", 0))
+    rng = np.random.default_rng(require_int(seed, "the seed", 0))
     inputs = np.clip(np.round(rng.lognormal(spec.mu_input, spec.sigma, num)), 1, spec.max_len - 1).astype(int)
     outputs = np.round(rng.lognormal(spec.mu_output, spec.sigma, num))
     outputs = np.clip(outputs, 1, spec.max_len - inputs).astype(int)
@@ -170,7 +170,7 @@ class Request:
         (vLLM refuses an empty prompt too: the last prompt token's logits choose the first
         output token), and the arrival is a finite time >= 0 (a NaN arrival never arrives).
         """
-        require_count(self.req_id, "req_id", 0)
+        require_int(self.req_id, "req_id", 0)
         require_real(self.arrival_s, f"request {self.req_id}: arrival_s")
         if not isinstance(self.prompt, tuple | list) or not self.prompt:
             raise KVLibError(f"request {self.req_id}: the prompt must be a non-empty tuple of token ids")
@@ -178,7 +178,7 @@ class Request:
             raise KVLibError(
                 f"request {self.req_id}: token ids must be integers >= 0, not {self.prompt!r}"[:200]
             )
-        require_count(self.output_len, f"request {self.req_id}: output_len (vLLM's max_tokens)", 1)
+        require_int(self.output_len, f"request {self.req_id}: output_len (vLLM's max_tokens)", 1)
 
     @property
     def prompt_len(self) -> int:
@@ -207,7 +207,7 @@ def make_trace(
     would exceed ``max_len``).
     """
     require_real(rate, "the request rate (requests per second)", allow_inf=True, positive=True)
-    require_count(vocab_size, "vocab_size")
+    require_int(vocab_size, "vocab_size")
     if not are_token_ids(system_prompt):
         raise KVLibError(f"system_prompt must be a tuple of token ids >= 0, not {system_prompt!r}"[:200])
     inputs, outputs = sample_lengths(spec, num_requests, seed)

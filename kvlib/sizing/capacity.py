@@ -15,10 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.catalog import resolve_model
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
 from kvlib.sizing.parallel import kv_heads_per_gpu, per_gpu_bytes
-from kvlib.sizing.spec import ModelSpec, cache_bytes, cache_size, require_int
+from kvlib.sizing.spec import ModelSpec, cache_bytes, cache_size
 from kvlib.units import GiB, ceil_div
 
 

@@ -28,10 +28,11 @@ import json
 from pathlib import Path
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.config_keys import KNOWN_KEYS, check_keys
 from kvlib.sizing.layer_groups import LayerGroups, LayerKind
 from kvlib.sizing.layer_pattern import layer_groups_from_config, layer_readings
-from kvlib.sizing.spec import ModelSpec, require_int
+from kvlib.sizing.spec import ModelSpec
 
 # Alternative spellings of the same config key (GPT-2's, MPT's, ChatGLM's, OpenELM's names).
 _ALIASES = {

@@ -32,8 +32,8 @@ When a config spells the pattern twice (recent Gemma-3 configs carry ``layer_typ
 from __future__ import annotations
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.layer_groups import FULL_ATTENTION, NO_CACHE, LayerGroups, LayerKind
-from kvlib.sizing.spec import require_int
 
 # layer_types entries of layers that keep no KV cache (Mamba, linear attention, ... in hybrid models)
 NON_ATTENTION_LAYER_TYPES = ("mamba", "linear_attention", "conv", "mlp", "moe", "recurrent")

@@ -22,8 +22,9 @@ own rule, since vLLM would build a stage without layers) more PP stages than lay
 from __future__ import annotations
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.dtypes import KVDtype
-from kvlib.sizing.spec import ModelSpec, check_context, require_int, require_spec, stack_bytes
+from kvlib.sizing.spec import ModelSpec, check_context, require_spec, stack_bytes
 
 # kvlib sizes at most this many pipeline stages (it compares every stage); real deployments use a few.
 MAX_PIPELINE_STAGES = 4096

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
 from kvlib.sizing.layer_groups import (
     FULL_ATTENTION,
@@ -180,16 +181,6 @@ def _check_kind(kind: LayerKind) -> None:
         require_int(kind.fixed_tokens, "fixed_tokens", low=0)
     if kind.num_kv_heads is not None:
         require_int(kind.num_kv_heads, "a layer's num_kv_heads", low=1)
-
-
-def require_int(value, key: str, low: int) -> None:
-    """Raise :class:`~kvlib.KVLibError` naming ``key`` unless ``value`` is an int (not a bool) >= ``low``.
-
-    Every count the sizing formulas take (layers, heads, tokens, batch, parameters) is checked
-    with it, so that a float or a negative number fails with a message rather than a wrong size.
-    """
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise KVLibError(f"{key} must be an integer >= {low}, not {value!r}")
 
 
 def kv_cache_bytes(

@@ -41,9 +41,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.dtypes import KV_DTYPES
 from kvlib.sizing.parallel import check_parallel, kv_heads_per_gpu, pp_layer_ranges
-from kvlib.sizing.spec import ModelSpec, require_int, require_spec
+from kvlib.sizing.spec import ModelSpec, require_spec
 from kvlib.units import GiB, ceil_div
 
 VLLM_SOURCE = (

@@ -20,9 +20,10 @@ import math
 from importlib import resources
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.capacity import format_bytes_gib, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_export, catalog_names
-from kvlib.sizing.spec import cache_size, require_int, token_layer_bytes
+from kvlib.sizing.spec import cache_size, token_layer_bytes
 from kvlib.sizing.widget import capacity_report
 
 # The widget's choices and bounds (kvlib.sizing.widget.calculator). The bounds keep every byte count

@@ -24,7 +24,7 @@ import math
 from tqdm.auto import tqdm
 
 from kvlib import KVLibError
-from kvlib.serving.arguments import require_count, require_real
+from kvlib.checks import require_int, require_real
 from kvlib.serving.latency import inter_token_latencies, latency_summary  # noqa: F401 (ITL, re-exported)
 from kvlib.serving.results import RunResult
 from kvlib.serving.roofline import kv_budget, roofline_step_model
@@ -87,7 +87,7 @@ def chunked_prefill_sweep(
     ``None`` (no chunking) or an integer >= ``max_num_seqs`` (as vLLM requires).
     """
     rate = require_real(rate, "rate", positive=True)
-    require_count(num_requests, "num_requests")
+    require_int(num_requests, "num_requests")
     budgets = list(budgets)
     if not budgets:
         raise KVLibError("chunked_prefill_sweep needs at least one budget")

@@ -40,8 +40,8 @@ import math
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.checks import require_int, require_real
 from kvlib.gpus import A100_40GB, GPU, MEMORY_FRACTION
-from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.roofline import roofline_step
 from kvlib.sizing.capacity import weight_bytes
 from kvlib.sizing.catalog import catalog_entry
@@ -202,8 +202,8 @@ def prefill_seconds(
     comes out larger than on a real GPU, which reaches perhaps half the peak.
     """
     entry = catalog_entry(model)
-    prompt_len = require_count(prompt_len, "prompt_len")
-    tp = require_count(tensor_parallel_size, "tensor_parallel_size")
+    prompt_len = require_int(prompt_len, "prompt_len")
+    tp = require_int(tensor_parallel_size, "tensor_parallel_size")
     step = roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=_gpu(gpu), name=entry.name)
     return float(step.predict(1, 0, prompt_len)) / tp
 
@@ -222,8 +222,8 @@ def pd_transfer(
     group (its KV heads' share: replicated heads are sent by each GPU that holds them).
     """
     entry, link, gpu = catalog_entry(model), _link(link), _gpu(gpu)
-    prompt_len = require_count(prompt_len, "prompt_len")
-    tp = require_count(tensor_parallel_size, "tensor_parallel_size")
+    prompt_len = require_int(prompt_len, "prompt_len")
+    tp = require_int(tensor_parallel_size, "tensor_parallel_size")
     per_gpu = per_gpu_bytes(entry.spec, prompt_len, 1, "fp16", tp, 1, allow_beyond_max=True)
     return Handoff(
         prompt_len,
@@ -288,7 +288,7 @@ class PDPlan:
 
     def prefill_share(self, num_gpus: int = 8) -> float:
         """GPUs of ``num_gpus`` that should prefill (a real split rounds to whole TP groups)."""
-        return require_count(num_gpus, "num_gpus") / (1 + self.decode_gpus_per_prefill_gpu)
+        return require_int(num_gpus, "num_gpus") / (1 + self.decode_gpus_per_prefill_gpu)
 
 
 def pd_gpu_ratio(
@@ -318,8 +318,8 @@ def pd_gpu_ratio(
     prompt = require_real(mean_prompt_len, "mean_prompt_len", positive=True)
     output = require_real(mean_output_len, "mean_output_len", positive=True)
     tpot_s = require_real(tpot_s, "tpot_s", positive=True)
-    per_pass = require_count(prefill_tokens_per_pass, "prefill_tokens_per_pass")
-    max_num_seqs, tp = require_count(max_num_seqs, "max_num_seqs"), decode_tensor_parallel_size
+    per_pass = require_int(prefill_tokens_per_pass, "prefill_tokens_per_pass")
+    max_num_seqs, tp = require_int(max_num_seqs, "max_num_seqs"), decode_tensor_parallel_size
     layout = gpu_layout(model, tp, 1, gpu)  # checks the TP size as vLLM does
     step = roofline_step(entry.num_parameters, bytes_per_token(entry.spec), gpu=gpu, name=entry.name)
     prefill_gpu_s = prompt * float(step.predict(1, 0, per_pass)) / per_pass  # a prompt's share of full passes

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlib import KVLibError
-from kvlib.serving.arguments import require_count, require_real
+from kvlib.checks import require_int, require_real
 from kvlib.serving.roofline import kv_budget, roofline_step_model
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.traces import Request
@@ -163,7 +163,7 @@ def step_model_and_budget(step_model, num_slots) -> tuple[StepTimeModel, int]:
     step_model = roofline_step_model() if step_model is None else step_model
     if not isinstance(step_model, StepTimeModel):
         raise KVLibError(f"step_model must be a StepTimeModel, not {type(step_model).__name__}")
-    return step_model, kv_budget().num_slots if num_slots is None else require_count(num_slots, "num_slots")
+    return step_model, kv_budget().num_slots if num_slots is None else require_int(num_slots, "num_slots")
 
 
 def predicted_gain(
@@ -185,8 +185,8 @@ def predicted_gain(
     """
     if not 0 <= require_real(shared_fraction, "shared_fraction") <= 1:
         raise KVLibError(f"shared_fraction is a share of the prompt in [0, 1], not {shared_fraction!r}")
-    prompt_len, output_len = require_count(prompt_len, "prompt_len"), require_count(output_len, "output_len")
-    block_size = require_count(block_size, "block_size")
+    prompt_len, output_len = require_int(prompt_len, "prompt_len"), require_int(output_len, "output_len")
+    block_size = require_int(block_size, "block_size")
     step_model, num_slots = step_model_and_budget(step_model, num_slots)
     shared = round(shared_fraction * prompt_len)
     prompt, output = np.full(256, prompt_len), np.full(256, output_len)  # (256,): a queue of such requests
@@ -199,7 +199,7 @@ def predicted_gain(
         step_model,
         num_slots,
         block_size,
-        require_count(max_num_seqs, "max_num_seqs"),
+        require_int(max_num_seqs, "max_num_seqs"),
         1,
     )
 
@@ -219,8 +219,8 @@ def predict_trace(
         raise KVLibError("predict_trace needs a non-empty list of Request")
     step_model, num_slots = step_model_and_budget(step_model, num_slots)
     shared_len, block_size = (
-        require_count(shared_len, "shared_len", 0),
-        require_count(block_size, "block_size"),
+        require_int(shared_len, "shared_len", 0),
+        require_int(block_size, "block_size"),
     )
     prompt = np.array([r.prompt_len for r in requests])  # (requests,)
     output = np.array([r.output_len for r in requests])  # (requests,)
@@ -230,8 +230,8 @@ def predict_trace(
         )
     cached = prefix_hit_tokens(shared_len, prompt, block_size)
     max_num_seqs, num_prefixes = (
-        require_count(max_num_seqs, "max_num_seqs"),
-        require_count(num_prefixes, "num_prefixes"),
+        require_int(max_num_seqs, "max_num_seqs"),
+        require_int(num_prefixes, "num_prefixes"),
     )
     return _prediction(
         prompt, cached, output, shared_len, step_model, num_slots, block_size, max_num_seqs, num_prefixes

@@ -26,7 +26,7 @@ from kvlib.chapters.ch08_serving_engines.prefix_prediction import (
     predicted_gain,
     step_model_and_budget,
 )
-from kvlib.serving.arguments import require_count, require_real
+from kvlib.checks import require_int, require_real
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.traces import SHAREGPT, Request, TraceSpec, make_trace
@@ -57,8 +57,8 @@ def shared_prefix_trace(
     leaves room for the trace's own prompts; outputs are cut to fit, as make_trace does.
     """
     shared_len, num_prefixes = (
-        require_count(shared_len, "shared_len", 0),
-        require_count(num_prefixes, "num_prefixes"),
+        require_int(shared_len, "shared_len", 0),
+        require_int(num_prefixes, "num_prefixes"),
     )
     if not isinstance(spec, TraceSpec):
         raise KVLibError(f"spec must be a TraceSpec, not {type(spec).__name__}")

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import require_int, require_real
 from kvlib.measure.hardware import dram_bytes
 from kvlib.measure.timing import pick_device, synchronize, time_it
-from kvlib.serving.arguments import require_count, require_real
 from kvlib.serving.roofline import roofline_step_model
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.swap import SwapTimeModel
@@ -119,8 +119,8 @@ def free_prefill_tokens(
     step_model = roofline_step_model() if step_model is None else step_model
     if not isinstance(step_model, StepTimeModel):
         raise KVLibError(f"step_model must be a StepTimeModel, not {type(step_model).__name__}")
-    num_seqs = require_count(num_seqs, "num_seqs", 0)
-    context_tokens = require_count(context_tokens, "context_tokens", 0)
+    num_seqs = require_int(num_seqs, "num_seqs", 0)
+    context_tokens = require_int(context_tokens, "context_tokens", 0)
     if not step_model.overlapped:
         return 0.0
     if step_model.per_prefill_s <= 0:
@@ -152,7 +152,7 @@ def measure_copy_bandwidth(num_bytes: int | None = None, device=None, repeats: i
     machines. Not for tests: it times.
     """
     device = pick_device() if device is None else torch.device(device)
-    num_bytes = dram_bytes(device) if num_bytes is None else require_count(num_bytes, "num_bytes")
+    num_bytes = dram_bytes(device) if num_bytes is None else require_int(num_bytes, "num_bytes")
     pin = device.type == "cuda"
     host = torch.empty(num_bytes, dtype=torch.uint8, pin_memory=pin)
     dev = torch.empty(num_bytes, dtype=torch.uint8, device=device)

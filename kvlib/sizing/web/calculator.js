@@ -239,7 +239,7 @@
 
   // ------------------------------------------------ the answer (kvlib.sizing.web_calculator.answer_rows)
 
-  // An integer input as kvlib.sizing.spec.require_int wants it; `limit` mirrors the form's max attribute.
+  // An integer input as kvlib.checks.require_int wants it; `limit` mirrors the form's max attribute.
   function integer(key, raw, limit) {
     const value = Number(raw);
     if (raw.trim() === "" || !Number.isInteger(value) || value < 1) {

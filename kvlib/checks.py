@@ -1,0 +1,70 @@
+"""How kvlib checks the arguments at its public edges: one copy of each check, used by every package.
+
+vLLM's way: an entry point (a constructor, a function a reader calls, a CLI command) checks its
+arguments once and raises a one-line :class:`~kvlib.KVLibError` that names the argument, the
+value and what is allowed; the hot loops behind it trust what they are given. A float count
+(``block_size=1.5``), a bool (``True`` requests), a NaN time or a negative size would otherwise
+run on, raise a raw Python error far away, or give a wrong number. Numpy integers and floats count
+as integers and real numbers (a reader's ``np.int64(16)`` is a block size); what the checks return
+is a plain ``int`` or ``float``, so that no numpy integer overflows in the arithmetic after them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+from kvlib import KVLibError
+
+MAX_MESSAGE = 200  # a message quotes the value, cut to keep the error on one readable line
+
+
+def as_int(value, name: str) -> int:
+    """``value`` as a plain int (numpy integers accepted, a bool or a float refused), or a KVLibError."""
+    if isinstance(value, bool):
+        raise KVLibError(f"{name} must be an integer, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise KVLibError(f"{name} must be an integer, not {value!r}"[:MAX_MESSAGE]) from None
+
+
+def require_int(value, name: str, low: int = 1, high: int | None = None) -> int:
+    """``value`` as a plain int if it is an integer (not a bool) >= ``low`` (and <= ``high``), else a
+    KVLibError naming ``name``, the value and the range allowed."""
+    allowed = f">= {low}" if high is None else f"from {low} to {high:,}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise KVLibError(f"{name} must be an integer {allowed}, not {value!r}"[:MAX_MESSAGE])
+    if value < low or (high is not None and value > high):
+        raise KVLibError(f"{name} must be an integer {allowed}, not {value!r}"[:MAX_MESSAGE])
+    return int(value)
+
+
+def require_real(value, name: str, allow_inf: bool = False, positive: bool = False) -> float:
+    """``value`` as a float, if it is a real number >= 0 (> 0 if ``positive``; finite unless ``allow_inf``);
+    else a KVLibError naming ``name``.
+
+    NaN is refused everywhere: it compares false with everything, so a NaN arrival never
+    arrives and a NaN step constant makes every time NaN.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or math.isnan(value)
+        or value < 0
+        or (positive and value == 0)
+        or (math.isinf(value) and not allow_inf)
+    ):
+        bound = "> 0" if positive else ">= 0"
+        limit = f"a number {bound} (or inf)" if allow_inf else f"a finite number {bound}"
+        raise KVLibError(f"{name} must be {limit}, not {value!r}"[:MAX_MESSAGE])
+    return float(value)
+
+
+def are_token_ids(values) -> bool:
+    """Is ``values`` a tuple or list of integers >= 0 (numpy integers too; bools, floats and strings not)?"""
+    return isinstance(values, tuple | list) and all(
+        (type(t) is int or (isinstance(t, numbers.Integral) and not isinstance(t, bool))) and t >= 0
+        for t in values
+    )
