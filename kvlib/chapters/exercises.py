@@ -75,6 +75,15 @@ def first_hint(key: str) -> str:
     return module.FIRST_HINTS[key]
 
 
+def assert_solvable(key: str) -> None:
+    """Raise unless exercise ``key``'s reference solution passes its own check (each chapter's hidden
+    proof cell calls it): every build proves each exercise solvable without handing the answer to
+    the notebook, so the reader's blank is not one call away from the solution."""
+    feedback = check(key, _exercise(key)[2]())
+    if not feedback.ok:
+        raise KVLibError(f"exercise {key}'s reference solution fails its check: {feedback}"[:300])
+
+
 def solution(key: str) -> Any:
     """The reference answer to exercise ``key``."""
     return _exercise(key)[2]()
