@@ -206,4 +206,6 @@ def test_bench_fields_on_a_stubbed_sweep(monkeypatch):
     # the hand-built run of test_latency: TTFT p99 0.985, TPOT p99 1.48
     assert result["ttft_p99_s"] == dict.fromkeys(("max", "pow2", "oracle", "paged"), 0.985)
     assert result["tpot_p99_s"] == dict.fromkeys(("max", "pow2", "oracle", "paged"), 1.48)
+    # and its ITL: four gaps of one 0.5 s step each, so every percentile is 0.5
+    assert result["itl_p99_s"] == dict.fromkeys(("max", "pow2", "oracle", "paged"), 0.5)
     assert result["threshold_multiple"] == 3.0
