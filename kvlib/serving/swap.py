@@ -15,6 +15,10 @@ blocks when it resumes. Recomputation pays FLOPs, swapping pays link bytes:
 - :class:`SwapTimeModel`: seconds of one copy, ``per_transfer_s + tokens x bytes_per_token /
   bandwidth``; :func:`kvlib.chapters.ch08_serving_engines.swap_analysis.a100_swap_model` states the A100's
   link.
+- :class:`BlockCopyModel` (chapter 12): the same copy counted in calls, as engines issue them: one
+  call per block, per layer, for K and for V (``blocks x layers x 2`` calls, vLLM's per-block swap
+  that the paper measured slow at small block sizes), or one gathered call per layer for K and for V
+  (``layers x 2``, :class:`HostPool`'s way); each call costs ``per_call_s`` besides its bytes.
 """
 
 from __future__ import annotations
@@ -50,6 +54,65 @@ class SwapTimeModel:
     def step_s(self, swaps: tuple[int, ...]) -> float:
         """Seconds of a step's copies, one per entry of ``swaps`` (tokens each), made one after another."""
         return sum(self.transfer_s(n) for n in swaps)
+
+
+@dataclass(frozen=True)
+class BlockCopyModel:
+    """Seconds of one copy of a request's K/V, counted in copy calls (chapter 12).
+
+    ``per_block``: one call per block, per layer, for K and for V, as vLLM's first swap did
+    (``cache_ops.swap_blocks`` over a block mapping); the calls grow with the request, so their cost
+    is a per-token slope, ``2 x num_layers x per_call_s / block_size``. Otherwise one call per layer
+    for K and for V over all the request's blocks (gathered, as :class:`HostPool` copies): a fixed
+    ``2 x num_layers x per_call_s`` whatever the length.
+    """
+
+    bytes_per_token: int  # K/V bytes of one token, over all layers
+    num_layers: int
+    block_size: int
+    bandwidth: float  # bytes per second the link achieves on large copies (one direction)
+    per_call_s: float  # seconds one copy call costs besides its bytes (launch, completion)
+    per_block: bool = True
+
+    def __post_init__(self):
+        require_int(self.bytes_per_token, "BlockCopyModel.bytes_per_token")
+        require_int(self.num_layers, "BlockCopyModel.num_layers")
+        require_int(self.block_size, "BlockCopyModel.block_size")
+        require_real(self.bandwidth, "BlockCopyModel.bandwidth (bytes/s)", positive=True)
+        require_real(self.per_call_s, "BlockCopyModel.per_call_s (seconds)")
+        if not isinstance(self.per_block, bool):
+            raise KVLibError(f"BlockCopyModel.per_block must be True or False, not {self.per_block!r}")
+
+    def num_calls(self, num_tokens: int) -> int:
+        """Copy calls one copy of ``num_tokens`` tokens' K/V issues (one way)."""
+        num_tokens = require_int(num_tokens, "num_tokens", 0)
+        per_layer = num_blocks_for(num_tokens, self.block_size) if self.per_block else min(num_tokens, 1)
+        return 2 * self.num_layers * per_layer
+
+    def transfer_s(self, num_tokens: int) -> float:
+        """Seconds to copy ``num_tokens`` tokens' K/V one way: its calls, then its bytes at ``bandwidth``
+        (whole blocks: a partly filled last block is copied whole)."""
+        num_tokens = require_int(num_tokens, "num_tokens", 0)
+        num_slots = num_blocks_for(num_tokens, self.block_size) * self.block_size
+        return (
+            self.num_calls(num_tokens) * self.per_call_s + num_slots * self.bytes_per_token / self.bandwidth
+        )
+
+    @property
+    def fixed_s(self) -> float:
+        """The part of :meth:`transfer_s` that does not grow with the length (the line's intercept)."""
+        return 0.0 if self.per_block else 2 * self.num_layers * self.per_call_s
+
+    @property
+    def per_token_s(self) -> float:
+        """Seconds each token adds (the line's slope, exact at whole blocks): bytes, plus per-block calls."""
+        calls = 2 * self.num_layers * self.per_call_s / self.block_size if self.per_block else 0.0
+        return self.bytes_per_token / self.bandwidth + calls
+
+    def effective_bandwidth(self, num_tokens: int) -> float:
+        """Bytes of the request's K/V over the seconds of their copy: what the link seems to achieve."""
+        num_tokens = require_int(num_tokens, "num_tokens")
+        return num_tokens * self.bytes_per_token / self.transfer_s(num_tokens)
 
 
 class HostPool:

@@ -18,6 +18,7 @@ from kvlib.model.llama import TinyLlama
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.engine import outputs_match_solo, run_engine
 from kvlib.serving.placement import BlockCounter, PagedMemory
+from kvlib.serving.swap import BlockCopyModel
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
@@ -180,3 +181,29 @@ def test_a_memory_bound_step_prefills_free_until_its_compute_outlasts_its_reads(
     assert free_prefill_tokens() == pytest.approx((2 * 13e9 / 1.555e12) / (2 * 13e9 / 312e12), rel=0.01)
     with pytest.raises(KVLibError, match="num_seqs"):
         free_prefill_tokens(step, num_seqs=-1)
+
+
+# ---------------------------------------------------------------- chapter 12: copies counted in calls
+
+
+def test_block_copy_model_counts_calls_per_block_or_per_layer():
+    per_block = BlockCopyModel(100, num_layers=3, block_size=4, bandwidth=1e3, per_call_s=0.5)
+    gathered = BlockCopyModel(100, num_layers=3, block_size=4, bandwidth=1e3, per_call_s=0.5, per_block=False)
+    # 10 tokens: 3 blocks (12 slots copied), 2 x 3 x 3 = 18 calls, or 2 x 3 = 6 gathered
+    assert per_block.num_calls(10) == 18 and gathered.num_calls(10) == 6 and gathered.num_calls(0) == 0
+    assert per_block.transfer_s(10) == pytest.approx(18 * 0.5 + 12 * 100 / 1e3)
+    assert gathered.transfer_s(10) == pytest.approx(6 * 0.5 + 1.2)
+    # the lines: per block, the calls are a slope of 2 x 3 x 0.5 / 4 per token; gathered, a fixed 3 s
+    assert (per_block.fixed_s, per_block.per_token_s) == (0.0, pytest.approx(0.1 + 0.75))
+    assert (gathered.fixed_s, gathered.per_token_s) == (3.0, pytest.approx(0.1))
+    assert per_block.transfer_s(12) == pytest.approx(per_block.fixed_s + 12 * per_block.per_token_s)
+    assert per_block.effective_bandwidth(12) == pytest.approx(1200 / per_block.transfer_s(12))
+
+
+@pytest.mark.parametrize(
+    "field, value", [("block_size", 0), ("bandwidth", 0.0), ("per_call_s", -1.0), ("per_block", 1)]
+)
+def test_block_copy_model_refuses_bad_figures(field, value):
+    figures = dict(bytes_per_token=8, num_layers=2, block_size=16, bandwidth=1e9, per_call_s=1e-6)
+    with pytest.raises(KVLibError, match=field):
+        BlockCopyModel(**{**figures, field: value})
