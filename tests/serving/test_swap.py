@@ -18,11 +18,10 @@ from kvlib.model.llama import TinyLlama
 from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.engine import outputs_match_solo, run_engine
 from kvlib.serving.placement import BlockCounter, PagedMemory
-from kvlib.serving.swap import BlockCopyModel
 from kvlib.serving.scheduler import Scheduler, SchedulerConfig
 from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
-from kvlib.serving.swap import HostPool, SwapTimeModel
+from kvlib.serving.swap import BlockCopyModel, HostPool, SwapTimeModel
 from kvlib.serving.traces import Request, TraceSpec, make_trace
 
 MODEL = TinyLlama(
