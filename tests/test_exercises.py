@@ -9,10 +9,30 @@ from kvlib.chapters import exercises
 KEYS = [key for chapter in exercises.CHAPTERS for key in exercises.exercise_keys(chapter)]
 
 
+def _solution(key: str):
+    """The reference answer, from the chapter's EXERCISES (kvlib hands no answer out by key)."""
+    return exercises.CHAPTERS[int(key.split(".")[0])].EXERCISES[key][1]()
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_reference_solution_passes(key):
-    feedback = exercises.check(key, exercises.solution(key))
+    feedback = exercises.check(key, _solution(key))
     assert feedback.ok, feedback
+    exercises.assert_solvable(key)
+
+
+def test_assert_solvable_names_an_exercise_whose_solution_fails(monkeypatch):
+    import kvlib.chapters.ch02_cache_size.exercises as ch2
+
+    check_2_1, _ = ch2.EXERCISES["2.1"]
+    monkeypatch.setitem(ch2.EXERCISES, "2.1", (check_2_1, lambda: -1))
+    with pytest.raises(KVLibError, match="exercise 2.1's reference solution fails its check"):
+        exercises.assert_solvable("2.1")
+
+
+def test_no_function_hands_out_an_answer_by_key():
+    """The reader's first cell imports check and assert_solvable; the answer is not one import away."""
+    assert not hasattr(exercises, "solution")
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -61,18 +81,24 @@ def _notebook_cells(chapter: int) -> list:
 
 @pytest.mark.parametrize("chapter", list(exercises.CHAPTERS))
 def test_each_chapter_notebook_poses_every_exercise_and_proves_its_solution_out_of_sight(chapter):
-    """The reader sees a blank and a check; CI proves the solution in a cell the book does not show."""
+    """The reader sees a blank and a check; CI proves the solution in a cell the book does not show,
+    and no cell the reader sees (the first cell's imports included) names a reference solution."""
+    import re
+
     cells = _notebook_cells(chapter)
     hidden = [c.source for c in cells if "remove-cell" in c.metadata.get("tags", [])]
     visible = [c.source for c in cells if "remove-cell" not in c.metadata.get("tags", [])]
     for key in exercises.exercise_keys(chapter):
-        assert any(f'check("{key}", solution("{key}"))' in src for src in hidden), (
-            f"chapter {chapter} does not prove exercise {key} in a remove-cell cell"
+        assert any(f'assert_solvable("{key}")' in src for src in hidden), (
+            f"chapter {chapter} does not prove exercise {key} with assert_solvable in a remove-cell cell"
         )
         posed = [src for src in visible if f'check("{key}", ' in src]
-        assert posed and all("solution(" not in src and "= ..." in src for src in posed), (
+        assert posed and all("= ..." in src for src in posed), (
             f"chapter {chapter} must pose exercise {key} with a blank (answer = ...) and check it"
         )
+    answers = re.compile(r"\bsolve_\d+_\d+\b|\bsolution\(|assert_solvable\(")
+    shown = [match.group() for src in visible for match in [answers.search(src)] if match]
+    assert not shown, f"chapter {chapter}'s visible cells name a reference solution: {shown}"
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -116,7 +142,7 @@ def test_keys_take_ascii_digits_only(key):
 
 
 def _numeric_keys():
-    return [key for key in KEYS if isinstance(exercises.solution(key), int | float)]
+    return [key for key in KEYS if isinstance(_solution(key), int | float)]
 
 
 @pytest.mark.parametrize("key", _numeric_keys())
@@ -125,7 +151,7 @@ def test_a_right_answer_in_numpy_or_torch_form_passes(key):
     import numpy as np
     import torch
 
-    right = exercises.solution(key)
+    right = _solution(key)
     forms = [np.float64(right), np.array(right), torch.tensor(right, dtype=torch.float64)]
     if isinstance(right, int):
         forms += [np.int64(right), torch.tensor(right)]
@@ -163,7 +189,7 @@ def test_a_slot_function_that_returns_none_is_told_so():
 def test_a_right_function_that_returns_numpy_numbers_passes(key):
     import numpy as np
 
-    right = exercises.solution(key)
+    right = _solution(key)
 
     def numpy_form(*args):
         value = right(*args)

@@ -3,10 +3,12 @@
 Each chapter's ``exercises`` module (:mod:`kvlib.chapters.ch04_serving.exercises` for chapter 4)
 lists its exercises in ``EXERCISES``, key -> ``(check, solve)``: ``check(answer)`` returns None
 when the answer is right, else a hint that names the likely mistake; ``solve()`` is the reference
-solution, shown in the chapter's "Worked solution" dropdown with ``literalinclude`` and proven in a
-cell the reader does not see (tagged ``remove-cell``), so every build proves each exercise
-solvable. Its ``FIRST_HINTS`` give the nudge for a blank answer (``answer = ...``) and its
-``WRONG_ANSWERS`` the mistakes the unit tests feed to prove each check can fail.
+solution, shown in the chapter's "Worked solution" dropdown with ``literalinclude`` and proven by
+:func:`assert_solvable` in a cell the reader does not see (tagged ``remove-cell``), so every build
+proves each exercise solvable. No function here hands out an answer: the chapter's first cell
+imports :func:`check` and :func:`assert_solvable`, and the solution stays in the dropdown, folded,
+until the reader opens it. Its ``FIRST_HINTS`` give the nudge for a blank answer (``answer = ...``)
+and its ``WRONG_ANSWERS`` the mistakes the unit tests feed to prove each check can fail.
 :data:`CHAPTERS` names every chapter's module, so a tool (or a reader) finds each exercise from here.
 """
 
@@ -82,11 +84,6 @@ def assert_solvable(key: str) -> None:
     feedback = check(key, _exercise(key)[2]())
     if not feedback.ok:
         raise KVLibError(f"exercise {key}'s reference solution fails its check: {feedback}"[:300])
-
-
-def solution(key: str) -> Any:
-    """The reference answer to exercise ``key``."""
-    return _exercise(key)[2]()
 
 
 def exercise_keys(chapter: int) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 import kvlib.chapters.ch04_serving.exercises as ch4
 import kvlib.chapters.ch04_serving.preemption_exercise as ch4_impl
 from kvlib.chapters.ch04_serving import policy_comparison as pc
-from kvlib.chapters.exercises import check, solution
+from kvlib.chapters.exercises import check
 from kvlib.serving import roofline as gpu_model
 from kvlib.serving.simulator import simulate
 from kvlib.serving.traces import SHAREGPT, make_trace
@@ -46,7 +46,7 @@ def test_the_answers_worked_out_by_hand_pass():
 def test_each_exercise_has_a_first_hint_that_gives_no_answer(key):
     hint = ch4.FIRST_HINTS[key]
     assert len(hint) > 20
-    right = solution(key)
+    right = ch4.EXERCISES[key][1]()
     if not callable(right):
         assert f"{right:g}" not in hint and str(round(right, 3)) not in hint
 
@@ -103,7 +103,7 @@ def test_the_usual_mistakes_get_their_hint(key, answer, hint):
 
 def test_4_6_a_policy_right_on_the_hand_made_cases_is_still_graded_by_the_simulator():
     """The hand-made cases do not decide alone: a rule that agrees on them but not on the trace fails."""
-    longest = solution("4.6")
+    longest = ch4.solve_4_6()
     # the rule with at most 4 candidates, as in every hand-made case; FCFS's youngest with more
     feedback = check("4.6", lambda running: longest(running) if len(running) <= 4 else running[-1])
     assert not feedback.ok and "on the check's trace your policy preempts" in feedback.message, (
@@ -115,7 +115,7 @@ def test_4_6_a_policy_right_on_the_hand_made_cases_is_still_graded_by_the_simula
 def test_4_6_the_trace_tells_the_rule_from_fcfs():
     """The check's trace: FCFS preempts 30 times, the longest-first rule 15 (the module's comment)."""
     assert ch4_impl._outcome(None)[1] == 30
-    assert ch4_impl._outcome(solution("4.6"))[1] == 15
+    assert ch4_impl._outcome(ch4.solve_4_6())[1] == 15
 
 
 def test_4_6_what_the_worked_solution_says_about_the_chapters_trace():
@@ -125,7 +125,7 @@ def test_4_6_what_the_worked_solution_says_about_the_chapters_trace():
     prompts = sum(r.prompt_len for r in requests)
     runs = {
         name: simulate(requests, "paged", budget.num_slots, pc.ONE_PER_STEP, SHAREGPT.max_len, victim=victim)
-        for name, victim in (("fcfs", None), ("longest", solution("4.6")))
+        for name, victim in (("fcfs", None), ("longest", ch4.solve_4_6()))
     }
     fcfs, longest = runs["fcfs"], runs["longest"]
     assert (fcfs.num_preemptions, longest.num_preemptions) == (983, 405)
