@@ -148,16 +148,24 @@ def per_block_break_even_block_size(bandwidth: float = A100_LINK_BYTES_PER_S) ->
     return math.inf if room <= 0 else 4 * copies.num_layers * copies.per_call_s / room
 
 
+def verdict(line: BreakEven) -> str:
+    """Which way resumes a request cheaper, and from which length: "swap above 43 tokens", "recompute above
+    3 tokens", or "swap at every length" (lines that cross at no positive length)."""
+    crossing, long = line.crossing_tokens, line.cheaper_for_long
+    if not 0 < crossing < math.inf:
+        return f"{long} at every length"
+    tokens = math.ceil(crossing)
+    return f"{long} above {tokens} token" + ("" if tokens == 1 else "s")
+
+
 def swap_rows(block_sizes=(1, 4, 16, 32, 64, 128, 256)) -> list[dict]:
-    """Per block size: the break-even of per-block and of per-layer swapping, and each one's effective
-    bandwidth on a 2,048-token request (rows for a table)."""
+    """Per block size: which of swapping and recomputation wins, with per-block and with per-layer
+    copies, and each one's effective bandwidth on a 2,048-token request (rows for a table)."""
     rows = []
     for size in block_sizes:
         row = {"block_size": size}
         for label, per_block in (("per block", True), ("per layer", False)):
-            line = swap_break_even(size, per_block)
-            row[f"{label}: break-even tokens"] = line.crossing_tokens
-            row[f"{label}: cheaper for long"] = line.cheaper_for_long
+            row[f"{label}: cheaper"] = verdict(swap_break_even(size, per_block))
             copies = copy_model(A100_LINK_BYTES_PER_S, per_block, size)
             row[f"{label}: GB/s achieved"] = copies.effective_bandwidth(2048) / 1e9
         rows.append(row)

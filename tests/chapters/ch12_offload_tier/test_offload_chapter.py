@@ -83,6 +83,14 @@ def test_swap_rows_and_curves_have_their_shape():
     assert [r["block_size"] for r in rows] == [1, 16, 256]
     achieved = [r["per block: GB/s achieved"] for r in rows]
     assert achieved == sorted(achieved) and rows[0]["per layer: GB/s achieved"] < 25
+    # per block: recomputation wins all but the shortest requests at 1 and 16, swapping everything at 256;
+    # per layer: chapter 8's 42.6 tokens, rounded up
+    assert [r["per block: cheaper"] for r in rows] == [
+        "recompute above 1 token",
+        "recompute above 3 tokens",
+        "swap at every length",
+    ]
+    assert {r["per layer: cheaper"] for r in rows} == {"swap above 43 tokens"}
     curves = pricing.ttft_curves((0, 960, 1920))
     assert list(curves)[0] == "recompute" and len(curves) == 5
 
