@@ -5,7 +5,7 @@ and per layer (a few seconds on one core)."""
 from __future__ import annotations
 
 from kvlib.chapters.ch12_offload_tier.pricing import (
-    LINKS,
+    HOST_LINKS,
     per_block_break_even_block_size,
     swap_break_even,
     tie_bandwidth,
@@ -16,7 +16,7 @@ from kvlib.chapters.ch12_offload_tier.returning import (
     cpu_model,
     measure_ttft,
     returning_conversation,
-    tokens_identical,
+    returning_tokens_identical,
 )
 
 LINK_KEYS = {"PCIe 4.0 x16": "pcie4", "PCIe 5.0 x16": "pcie5", "NVLink-C2C": "nvlink_c2c"}
@@ -30,14 +30,17 @@ def bench() -> dict:
     recompute = ttft["none"].median_s
     per_layer, per_block = swap_break_even(16, False), swap_break_even(16, True)
     return {
-        "offload_tokens_identical": tokens_identical(runs, model),
+        "offload_tokens_identical": returning_tokens_identical(runs, model),
         "offload_loaded_tokens": runs[1].allocation.num_loaded_tokens,
         "offload_ttft_recompute_s": round(recompute, 5),
         "offload_ttft_cpu_tier_s": round(ttft["cpu"].median_s, 5),
         "offload_ttft_disk_tier_s": round(ttft["cpu+disk"].median_s, 5),
         "offload_ttft_ratio": round(ttft["cpu"].median_s / recompute, 4),
         "offload_ttft_ratio_disk": round(ttft["cpu+disk"].median_s / recompute, 4),
-        **{f"offload_priced_ttft_ratio_{LINK_KEYS[link]}": round(tier_ttft(link).ratio, 4) for link in LINKS},
+        **{
+            f"offload_priced_ttft_ratio_{LINK_KEYS[link]}": round(tier_ttft(link).ratio, 4)
+            for link in HOST_LINKS
+        },
         "offload_priced_ttft_ratio_nvme": round(tier_ttft("PCIe 5.0 x16", from_disk=True).ratio, 4),
         "offload_tie_bandwidth_gb_s": round(tie_bandwidth() / 1e9, 2),
         "swap_per_layer_break_even_tokens_b16": round(per_layer.crossing_tokens, 1),

@@ -84,7 +84,7 @@ def check_12_1(answer):
 # ---- 12.2 a returning history loaded over PCIe
 
 HISTORY_MODEL = "Llama-3-8B"  # 32 layers, 8 KV heads of head_dim 128, fp16
-HISTORY_TOKENS = 4096
+RETURN_HISTORY_TOKENS = 4096
 LINK_BYTES_PER_S = 50e9  # PCIe 5.0 x16, as copies achieve it
 
 
@@ -100,7 +100,7 @@ def check_12_2(answer):
     """
     spec = catalog_entry(HISTORY_MODEL).spec
     copies = BlockCopyModel(bytes_per_token(spec), spec.num_layers, 16, LINK_BYTES_PER_S, 0.0, False)
-    right = copies.transfer_s(HISTORY_TOKENS)
+    right = copies.transfer_s(RETURN_HISTORY_TOKENS)
     return numeric_answer(
         answer,
         right,

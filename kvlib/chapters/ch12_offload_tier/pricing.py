@@ -5,7 +5,7 @@ paper's A100, :func:`kvlib.serving.roofline.roofline_step_model`):
 
 - a returning conversation's TTFT: recompute its history and message in one prefill, or copy the
   history's blocks in from the CPU tier (one gathered copy per layer for K and one for V) and
-  prefill the message only (:func:`tier_ttft`), over each link of :data:`LINKS`;
+  prefill the message only (:func:`tier_ttft`), over each link of :data:`HOST_LINKS`;
 - a preempted request's swap counted in copy calls (:class:`~kvlib.serving.swap.BlockCopyModel`):
   one call per block, per layer, for K and for V, as vLLM's first swap issued them, or one call per
   layer; the break-even with recomputation for both (:func:`swap_break_even`) and the block size
@@ -48,7 +48,7 @@ ACHIEVED_FRACTION = A100_LINK_BYTES_PER_S / PCIE4_X16_BYTES_PER_S  # chapter 8's
 
 NVME_READ_BYTES_PER_S = 7.45e9  # a PCIe 4.0 NVMe SSD's sequential read (Samsung 990 PRO data sheet)
 
-LINKS = {  # peak bytes per second, one direction
+HOST_LINKS = {  # peak bytes per second, one direction
     "PCIe 4.0 x16": PCIE4_X16_BYTES_PER_S,
     "PCIe 5.0 x16": PCIE5_X16_BYTES_PER_S,
     "NVLink-C2C": NVLINK_C2C_BYTES_PER_S,
@@ -59,11 +59,11 @@ MODEL = "OPT-13B"  # the book's GPU model (chapters 4 and 8)
 HISTORY_TOKENS = 1920  # the returning conversation priced: its history ...
 MESSAGE_TOKENS = 128  # ... and its new message: 2,048 tokens, OPT-13B's context
 
-BLOCK_SIZE = 16
+PRICED_BLOCK_SIZE = 16
 
 
 def copy_model(
-    bandwidth: float, per_block: bool = False, block_size: int = BLOCK_SIZE, model: str = MODEL
+    bandwidth: float, per_block: bool = False, block_size: int = PRICED_BLOCK_SIZE, model: str = MODEL
 ) -> BlockCopyModel:
     """Copies of ``model``'s fp16 K/V at ``bandwidth`` bytes/s, :data:`COPY_CALL_S` a call."""
     spec = catalog_entry(model).spec
@@ -100,13 +100,13 @@ def tier_ttft(
     step_model: StepTimeModel | None = None,
     from_disk: bool = False,
 ) -> TierTTFT:
-    """:class:`TierTTFT` over one link of :data:`LINKS` (``from_disk``: at the NVMe's speed if slower)."""
-    if link not in LINKS:
-        raise KVLibError(f"link must be one of {', '.join(LINKS)}, not {link!r}")
+    """:class:`TierTTFT` over one link of :data:`HOST_LINKS` (``from_disk``: at the NVMe speed if slower)."""
+    if link not in HOST_LINKS:
+        raise KVLibError(f"link must be one of {', '.join(HOST_LINKS)}, not {link!r}")
     history = require_int(history_tokens, "history_tokens", 0)
     message = require_int(message_tokens, "message_tokens")
     step_model = roofline_step_model(MODEL) if step_model is None else step_model
-    bandwidth = ACHIEVED_FRACTION * LINKS[link]
+    bandwidth = ACHIEVED_FRACTION * HOST_LINKS[link]
     if from_disk:
         bandwidth = min(bandwidth, NVME_READ_BYTES_PER_S)
     return TierTTFT(
@@ -177,9 +177,9 @@ def ttft_curves(lengths=tuple(range(0, 1921, 64)), message_tokens: int = MESSAGE
     over PCIe 5.0 (label -> (lengths, seconds)), for :func:`kvlib.plotting.offload.draw_tier_ttft`."""
     lengths = list(lengths)
     curves = {
-        "recompute": (lengths, [tier_ttft(LINKS_FIRST, n, message_tokens).recompute_s for n in lengths])
+        "recompute": (lengths, [tier_ttft(ANY_HOST_LINK, n, message_tokens).recompute_s for n in lengths])
     }
-    for link in LINKS:
+    for link in HOST_LINKS:
         curves[f"CPU tier over {link}"] = (
             lengths,
             [tier_ttft(link, n, message_tokens).tier_s for n in lengths],
@@ -189,4 +189,4 @@ def ttft_curves(lengths=tuple(range(0, 1921, 64)), message_tokens: int = MESSAGE
     return curves
 
 
-LINKS_FIRST = next(iter(LINKS))  # any link: recomputation does not use it
+ANY_HOST_LINK = next(iter(HOST_LINKS))  # any link: recomputation does not use it

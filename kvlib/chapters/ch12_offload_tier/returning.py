@@ -26,11 +26,11 @@ from kvlib.paged.paged_cache import PagedKVCache
 from kvlib.serving.engine import solo_tokens
 from kvlib.serving.traces import Request
 
-BLOCK_SIZE = 16  # vLLM's default block size
+DEVICE_BLOCK_SIZE = 16  # vLLM's default block size
 NUM_DEVICE_BLOCKS = 64  # the device pool: 1,024 slots, room for one long conversation at a time
 HISTORY_LEN = 896  # the first turn's prompt (a long system prompt and earlier turns)
 MESSAGE_LEN = 32  # the returning turn's new message
-NUM_NEW = 8  # tokens generated each turn
+NUM_NEW_PER_TURN = 8  # tokens generated each turn
 NUM_OTHERS = 2  # conversations served in between, each as long as the first turn
 CPU_TIER_BLOCKS = 1024  # a CPU tier large enough for everything evicted here
 SMALL_CPU_BLOCKS = 16  # a CPU tier too small for the history: the rest spills to disk
@@ -97,18 +97,18 @@ class ReturningRun:
 @torch.inference_mode()
 def returning_conversation(model: TinyLlama, store_kind: str) -> ReturningRun:
     """Turn 1 of a conversation, :data:`NUM_OTHERS` other conversations, then turn 2 of the first."""
-    cache = PagedKVCache.for_model(model, NUM_DEVICE_BLOCKS, BLOCK_SIZE)
+    cache = PagedKVCache.for_model(model, NUM_DEVICE_BLOCKS, DEVICE_BLOCK_SIZE)
     store = make_store(store_kind, cache)
     offload = OffloadingCache(cache, store)
     history, others, message = conversation_prompts(model.config.vocab_size)
     try:
         with one_cpu_thread(cache.k.device):
             turn = list(history)
-            serve_turn(model, offload, 0, turn, NUM_NEW)
+            serve_turn(model, offload, 0, turn, NUM_NEW_PER_TURN)
             for seq_id, other in enumerate(others, start=1):
-                serve_turn(model, offload, seq_id, list(other), NUM_NEW)
+                serve_turn(model, offload, seq_id, list(other), NUM_NEW_PER_TURN)
             prompt = turn + message
-            generated, allocation = serve_turn(model, offload, NUM_OTHERS + 1, list(prompt), NUM_NEW)
+            generated, allocation = serve_turn(model, offload, NUM_OTHERS + 1, list(prompt), NUM_NEW_PER_TURN)
     finally:
         if store is not None:
             store.close()
@@ -123,10 +123,10 @@ def returning_conversation(model: TinyLlama, store_kind: str) -> ReturningRun:
     )
 
 
-def tokens_identical(runs: list[ReturningRun], model: TinyLlama) -> bool:
+def returning_tokens_identical(runs: list[ReturningRun], model: TinyLlama) -> bool:
     """Did every store's returning turn generate the same tokens, and those of the prompt served alone on
     chapter 1's contiguous cache (:func:`~kvlib.serving.engine.solo_tokens`)?"""
-    solo = solo_tokens(model, Request(0, 0.0, runs[0].returning_prompt, NUM_NEW))
+    solo = solo_tokens(model, Request(0, 0.0, runs[0].returning_prompt, NUM_NEW_PER_TURN))
     return all(list(run.generated) == solo for run in runs)
 
 
@@ -141,7 +141,7 @@ def measure_ttft(model: TinyLlama, store_kinds=STORES, rounds: int = 7) -> dict[
     prompt = history + message
     calls, stores = {}, []
     for kind in store_kinds:
-        cache = PagedKVCache.for_model(model, NUM_DEVICE_BLOCKS, BLOCK_SIZE)
+        cache = PagedKVCache.for_model(model, NUM_DEVICE_BLOCKS, DEVICE_BLOCK_SIZE)
         store = make_store(kind, cache)
         stores.append(store)
         offload = OffloadingCache(cache, store)

@@ -31,7 +31,7 @@ def test_the_returning_turn_loads_its_whole_history_and_generates_the_same_token
     }
     # the small CPU tier keeps the newest saves (the other conversations'): the history comes from disk
     assert disk.allocation.loaded_from == ("disk",) * 56 and disk.num_spilled > 0
-    assert returning.tokens_identical(runs, model)
+    assert returning.returning_tokens_identical(runs, model)
 
 
 def test_measure_ttft_times_each_store(model):
