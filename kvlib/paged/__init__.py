@@ -18,4 +18,6 @@
 - ``kernel_overhead``: chapter 3's measurements: equality with the contiguous cache and the
   paged kernel's cost.
 - ``memory_waste``: memory lost by reserving the maximum length, against paging.
+- ``offload_tier``: a CPU tier and a disk tier under the prefix cache, keyed by block hash: blocks
+  saved on eviction and loaded back on a prefix hit that missed the pool (chapter 12).
 """
