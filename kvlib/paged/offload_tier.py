@@ -55,11 +55,15 @@ def _check_key(key) -> str:
 
 
 class CPUTier:
-    """Blocks in host memory, at most ``capacity_bytes`` of them; the least recently used leave first."""
+    """Blocks in host memory, at most ``capacity_bytes`` of them; the least recently used leave first.
+
+    ``pin_memory``: keep the copies page-locked, so that a GPU copies them back by DMA at the link's
+    speed; ``None`` (the default) pins the copy of a block that comes from a GPU, and only that.
+    """
 
     name = "cpu"
 
-    def __init__(self, capacity_bytes: int, pin_memory: bool = False):
+    def __init__(self, capacity_bytes: int, pin_memory: bool | None = None):
         self.capacity_bytes = require_int(capacity_bytes, "the CPU tier's capacity_bytes", 0)
         self.pin_memory = pin_memory
         self._entries: OrderedDict[str, Entry] = OrderedDict()  # least recently used first
@@ -95,7 +99,8 @@ class CPUTier:
 
     def _copy(self, tensor: torch.Tensor) -> torch.Tensor:
         """A contiguous host copy of ``tensor`` (never a view of the pool: its block will be overwritten)."""
-        copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=self.pin_memory)
+        pin = tensor.device.type == "cuda" if self.pin_memory is None else self.pin_memory
+        copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pin)
         return copy.copy_(tensor)
 
     def get(self, key: str) -> Entry | None:
