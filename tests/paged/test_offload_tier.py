@@ -145,3 +145,20 @@ def test_evict_saves_and_the_next_request_misses_the_device_pool_but_hits_the_st
     offload.evict(2)
     again = offload.allocate(3, prompt)  # evicted, block 0 saved too: the store serves all 4
     assert (again.num_device_tokens, again.num_loaded_tokens) == (0, 16)
+
+
+def test_append_slot_saves_the_cached_block_it_takes():
+    torch.manual_seed(0)
+    model = TinyLlama(CONFIG).eval()
+    cache = PagedKVCache.for_model(model, 2, 4)
+    store = TieredStore(CPUTier(1 << 20))
+    offload = OffloadingCache(cache, store)
+    first = [1, 2, 3, 4]
+    prefill(model, cache, 0, first, offload.allocate(0, first).num_cached_tokens)
+    offload.free(0)  # its one full block stays cached in the pool, behind the never-used block
+    second = [5, 6, 7, 8]
+    prefill(model, cache, 1, second, offload.allocate(1, second).num_cached_tokens)
+    assert store.counts.saved == 0  # the allocation took the never-used block
+    second.append(9)
+    assert offload.append_slot(1) is not None  # the second's block is full: the first's is taken, saved first
+    assert store.counts.saved == 1 and len(store.cpu) == 1

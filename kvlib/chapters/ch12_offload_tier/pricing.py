@@ -17,7 +17,7 @@ the H100 PCIe's); NVLink-C2C, 900 GB/s both directions, 450 GB/s each (NVIDIA GH
 Copies achieve :data:`ACHIEVED_FRACTION` of each, the fraction chapter 8 takes for PCIe 4.0 (25 GB/s).
 The disk tier reads at :data:`NVME_READ_BYTES_PER_S` and then crosses the link. The GPU stays the
 A100 for every link, so that only the link changes (a GH200's GPU computes faster, which shortens
-the recomputation). Loads are not overlapped with the prefill here (LMCache overlaps them layer by
+the recomputation). Loads are not overlapped with the prefill here (LMCache can overlap them layer by
 layer): a bound on the tier's TTFT from above.
 """
 
