@@ -136,6 +136,12 @@ triton-interpreted: $(STAMP)
 browser: $(STAMP)
 	$(PY) -m pytest tests/browser -q -rs
 
+# JupyterLab on book/, where readers run the notebooks. jupyterlab-myst (pinned in requirements.txt)
+# renders their markdown as MyST, as the book does: a :::{dropdown} (More hints, Worked solution) is
+# folded until clicked, admonitions and notes are boxed, math is typeset; the proof cells are there but
+# the answers are not imported (they sit in kvlib's checks). Not rendered in JupyterLab: the Worked
+# solution's literalinclude of the code (the HTML book shows it).
+# tests/browser/test_jupyterlab.py opens a notebook this way in headless Chromium.
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab book/
 
