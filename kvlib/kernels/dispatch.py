@@ -19,6 +19,7 @@ from types import ModuleType
 import torch
 
 from kvlib import KVLibError
+from kvlib.kernels.shape_checks import check_batch, check_heads
 from kvlib.kernels.torch_gather import paged_attention
 from kvlib.units import ceil_div
 
@@ -99,21 +100,14 @@ def _check(q, k_cache, v_cache, block_tables, seq_lens, kernel) -> None:
         raise KVLibError(f"caches and q must be float32, float16 or bfloat16, not {k_cache.dtype}, {q.dtype}")
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
-    if k_cache.shape[3] != head_dim or num_heads % num_kv_heads:
-        raise KVLibError(
-            f"q has {num_heads} heads of {head_dim}; the cache {num_kv_heads} KV heads of {k_cache.shape[3]}"
-        )
+    check_heads(num_heads, head_dim, num_kv_heads, k_cache.shape[3])
     if block_tables.dim() != 2 or block_tables.dtype not in (torch.int32, torch.int64):
         raise KVLibError(f"block_tables must be (batch, max_blocks) int32 or int64, not {block_tables.dtype}")
     if seq_lens.dim() != 1 or seq_lens.dtype.is_floating_point or seq_lens.dtype == torch.bool:
         raise KVLibError(
             f"seq_lens must be a (batch,) integer tensor, not {seq_lens.dtype} {tuple(seq_lens.shape)}"
         )
-    if not block_tables.shape[0] == seq_lens.shape[0] == batch:
-        raise KVLibError(
-            f"batch sizes differ: q {batch}, block_tables {block_tables.shape[0]}, "
-            f"seq_lens {seq_lens.shape[0]}"
-        )
+    check_batch(batch, block_tables.shape[0], seq_lens.shape[0])
     devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens)}
     if len(devices) > 1:
         raise KVLibError(f"all inputs must be on one device, not {sorted(map(str, devices))}")

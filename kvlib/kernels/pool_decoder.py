@@ -19,7 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from kvlib import KVLibError
 from kvlib.kernels.dispatch import choose_num_splits, num_workers, numba_module, work_items
+from kvlib.kernels.shape_checks import check_batch, check_heads
 
 MAX_VIEWS = 64  # numpy views of handed tensors kept (a paged step's block tables change width)
 
@@ -72,6 +74,11 @@ class PoolDecoder:
         max_blocks) int64 and seq_lens (batch,) int64, both contiguous; ``longest`` is the largest
         of seq_lens. Returns (batch, heads, 1, head_dim): ``out`` (contiguous float32) or a new tensor.
         """
+        k_pool = self.k[layer]  # (num_blocks, block_size, num_kv_heads, head_dim)
+        if q.dim() != 4 or q.shape[2] != 1:
+            raise KVLibError(f"q must be (batch, num_heads, 1, head_dim), not {tuple(q.shape)}")
+        check_heads(q.shape[1], q.shape[3], k_pool.shape[2], k_pool.shape[3])
+        check_batch(q.shape[0], block_tables.shape[0], seq_lens.shape[0])
         shape = q.shape[:2] + q.shape[3:]  # (batch, heads, head_dim)
         if self.q.shape[1:] != shape[1:] or self.q.shape[0] < shape[0]:  # a larger batch: grow
             self.q = torch.empty(shape, device=q.device)
@@ -84,13 +91,13 @@ class PoolDecoder:
             out_view = out.numpy().reshape(shape)
         else:
             out_view = self.view(out).reshape(shape)
-        num_kv_heads = self.k[layer].shape[2]
+        num_kv_heads = k_pool.shape[2]
         num_splits = choose_num_splits(
             work_items("numba", batch, num_kv_heads), longest, num_workers(q.device)
         )
         self.kernel.launch(
             self._q_view[:batch],
-            self.k[layer],
+            k_pool,
             self.v[layer],
             self.view(block_tables),
             self.view(seq_lens),

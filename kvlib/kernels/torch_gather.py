@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvlib import KVLibError
+from kvlib.kernels.shape_checks import check_batch, check_heads
 from kvlib.units import ceil_div
 
 
@@ -196,15 +196,8 @@ def paged_attention(
     """
     batch, num_heads, num_new, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
-    if not block_tables.shape[0] == seq_lens.shape[0] == batch:
-        raise KVLibError(
-            f"batch sizes differ: q {batch}, block_tables {block_tables.shape[0]}, "
-            f"seq_lens {seq_lens.shape[0]}"
-        )
-    if num_heads % num_kv_heads or k_cache.shape[3] != head_dim:
-        raise KVLibError(
-            f"q has {num_heads} heads of {head_dim}; the cache {num_kv_heads} KV heads of {k_cache.shape[3]}"
-        )
+    check_batch(batch, block_tables.shape[0], seq_lens.shape[0])
+    check_heads(num_heads, head_dim, num_kv_heads, k_cache.shape[3])
     group = num_heads // num_kv_heads
     mask = key_mask(seq_lens, num_new, q.dtype) if mask is None else mask
     num_keys = mask.num_keys

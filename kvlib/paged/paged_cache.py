@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.kernels.dispatch import decode_attention, default_kernel
 from kvlib.kernels.pool_decoder import PoolDecoder, pool_decoder_runs
+from kvlib.kernels.shape_checks import check_heads
 from kvlib.kernels.torch_gather import GatherBuffer, KeyMask, gather_blocks, key_mask, paged_attention
 from kvlib.model.config import ModelConfig
 from kvlib.paged.block_manager import BlockManager
@@ -139,8 +141,7 @@ class PagedKVCache:
         """Positions (batch, num_new) of each scheduled sequence's tokens that have no K/V yet."""
         if not self._batch:
             raise KVLibError("no sequences scheduled: call cache.schedule(seq_ids) before running the model")
-        if num_new < 1:
-            raise KVLibError(f"the model must be given at least one new token per sequence, not {num_new}")
+        num_new = require_int(num_new, "num_new (new tokens per sequence)")
         manager = self.manager
         starts, slots = [], []
         for seq_id in self._batch:
@@ -182,6 +183,7 @@ class PagedKVCache:
         out: optional float32 tensor of q's shape the numba kernel writes a decode step into
         returns: (batch, num_heads, num_new, head_dim)
         """
+        self._check_attend(layer, q, k, v, out)
         metadata = self._metadata
         num_kv_heads, head_dim = k.shape[1], k.shape[3]
         flat = (-1, num_kv_heads, head_dim)  # one row per slot: (num_blocks * block_size, kv_heads, hd)
@@ -216,6 +218,46 @@ class PagedKVCache:
             for seq_id, end in zip(self._batch, self._ends, strict=True):
                 self.manager.mark_computed(seq_id, end)
         return out
+
+    def _check_attend(self, layer, q, k, v, out) -> None:
+        """The arguments of :meth:`attend`, checked once per layer before any kernel trusts them: a
+        prepared pass, a layer that exists, q, k and v shaped for the scheduled batch and the cache's
+        heads, in the cache's dtype and on its device (else a KVLibError)."""
+        metadata = self._metadata
+        if metadata is None:
+            raise KVLibError(
+                "attend before prepare: call cache.schedule(seq_ids), then cache.prepare(num_new)"
+            )
+        require_int(layer, "layer", 0, self.num_layers - 1)
+        tensors = {"q": q, "k": k, "v": v} if out is None else {"q": q, "k": k, "v": v, "out": out}
+        for name, tensor in tensors.items():
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+                shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                raise KVLibError(
+                    f"{name} must be a 4-d tensor (batch, heads, num_new, head_dim), not {shape}"
+                )
+        batch, num_new = len(self._batch), metadata.slot_mapping.shape[0] // len(self._batch)
+        kv_shape = (batch, self.k.shape[3], num_new, self.k.shape[4])  # (batch, kv_heads, new, hd)
+        for name, tensor in (("k", k), ("v", v)):
+            if tuple(tensor.shape) != kv_shape:
+                raise KVLibError(
+                    f"{name} must be (batch, num_kv_heads, num_new, head_dim) = {kv_shape} for the "
+                    f"prepared pass, not {tuple(tensor.shape)}"
+                )
+        if q.shape[0] != batch or q.shape[2] != num_new:
+            raise KVLibError(f"q must be ({batch}, num_heads, {num_new}, head_dim), not {tuple(q.shape)}")
+        check_heads(q.shape[1], q.shape[3], kv_shape[1], kv_shape[3])
+        for name, tensor in tensors.items():
+            if name != "out" and (tensor.dtype != self.k.dtype or tensor.device != self.k.device):
+                raise KVLibError(
+                    f"{name} must be {self.k.dtype} on {self.k.device} like the cache, "
+                    f"not {tensor.dtype} on {tensor.device}"
+                )
+        if out is not None and out.shape != q.shape:
+            raise KVLibError(f"out must have q's shape {tuple(q.shape)}, not {tuple(out.shape)}")
+        if out is not None and num_new == 1 and self._runs_pool_decoder(q):
+            if out.dtype != torch.float32 or not out.is_contiguous():
+                raise KVLibError(f"out must be a contiguous float32 tensor, not {out.dtype}")
 
     def _runs_pool_decoder(self, q: torch.Tensor) -> bool:
         """Does this decode step go straight to the numba kernel (a

@@ -126,7 +126,7 @@ def test_cache_protocol_errors_are_named():
     cache.schedule([0, 1])
     with pytest.raises(KVLibError, match="sequence 0 has 3 tokens without K/V, but the model was given 2"):
         cache.prepare(2)
-    with pytest.raises(KVLibError, match="at least one new token"):
+    with pytest.raises(KVLibError, match="num_new .* must be an integer >= 1, not 0"):
         cache.prepare(0)
 
 
