@@ -4,6 +4,7 @@ and per layer (a few seconds on one core)."""
 
 from __future__ import annotations
 
+from kvlib.chapters.ch12_offload_tier.copy_calls import measure_copy_calls
 from kvlib.chapters.ch12_offload_tier.pricing import (
     HOST_LINKS,
     per_block_break_even_block_size,
@@ -29,6 +30,7 @@ def bench() -> dict:
     ttft = measure_ttft(model)
     recompute = ttft["none"].median_s
     per_layer, per_block = swap_break_even(16, False), swap_break_even(16, True)
+    calls = measure_copy_calls(model, runs[1].allocation.num_loaded_tokens // 16)
     return {
         "offload_tokens_identical": returning_tokens_identical(runs, model),
         "offload_loaded_tokens": runs[1].allocation.num_loaded_tokens,
@@ -48,4 +50,6 @@ def bench() -> dict:
             per_block.swap_per_token_s / per_block.recompute_per_token_s, 3
         ),
         "swap_per_block_break_even_block_size": round(per_block_break_even_block_size(), 1),
+        "copy_per_block_over_per_layer_cpu": round(calls.per_block.median_s / calls.per_layer.median_s, 2),
+        "copy_call_us_cpu": round(1e6 * calls.per_call_s, 2),
     }

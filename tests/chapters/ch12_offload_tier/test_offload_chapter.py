@@ -100,3 +100,12 @@ def test_bench_fields():
     result = bench()
     assert result["offload_tokens_identical"] is True and result["offload_loaded_tokens"] == 896
     assert 0 < result["offload_ttft_ratio"] < 1 and result["offload_priced_ttft_ratio_nvme"] > 1
+
+
+def test_copy_calls_counts_and_times_both_ways(model):
+    from kvlib.chapters.ch12_offload_tier.copy_calls import measure_copy_calls
+
+    times = measure_copy_calls(model, 4, rounds=1)
+    # 4 blocks x 4 layers x 2 (K, V) calls, against 4 layers x 2
+    assert (times.num_per_block_calls, times.num_per_layer_calls) == (32, 8)
+    assert times.per_block.median_s > 0 and times.per_layer.median_s > 0
