@@ -19,7 +19,7 @@ from kvlib import KVLibError
 from kvlib.checks import require_int, require_real
 from kvlib.gpus import A100_40GB, A100_BYTES, GPU, MEMORY_FRACTION
 from kvlib.serving.step_time import StepTimeModel
-from kvlib.sizing.capacity import weight_bytes
+from kvlib.sizing.capacity import kv_budget_bytes, weight_bytes
 from kvlib.sizing.catalog import catalog_entry
 from kvlib.sizing.spec import bytes_per_token
 from kvlib.units import GiB
@@ -58,7 +58,7 @@ def kv_budget(
         raise KVLibError(f"memory_fraction is a share of the GPU in (0, 1], not {memory_fraction!r}")
     entry = catalog_entry(model)
     weights = weight_bytes(entry.num_parameters, "fp16")
-    kv = int(gpu_bytes * memory_fraction) - weights
+    kv = kv_budget_bytes(gpu_bytes, weights, memory_fraction)
     per_token = bytes_per_token(entry.spec)
     if kv < per_token * block_size:
         raise KVLibError(f"{model} leaves no room for a KV block on a GPU of {gpu_bytes / GiB:.0f} GiB")

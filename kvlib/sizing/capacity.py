@@ -33,6 +33,20 @@ def weight_bytes(num_parameters: int, dtype: str | KVDtype = "bf16") -> int:
     return ceil_div(num_parameters * dtype.bits, 8) + groups * dtype.meta_bytes
 
 
+def kv_budget_bytes(gpu_bytes: int, non_kv_bytes: int, memory_fraction: float = 1.0) -> int:
+    """The one KV budget: the GPU's memory x the share an engine may use, minus all that is not KV cache
+    (weights, activations, fixed states); negative when those alone do not fit.
+
+    Every "how much KV fits beside the weights" of the book is this line: :func:`free_bytes`
+    (chapter 2), vLLM's capacity (:func:`kvlib.sizing.vllm_capacity.vllm_capacity`, chapter 2),
+    chapter 4's A100 budget (:func:`kvlib.serving.roofline.kv_budget`) and chapter 5's levers.
+    A share of exactly 1 stays in integers (a float would round sizes beyond 2**53 bytes).
+    """
+    if memory_fraction == 1:
+        return gpu_bytes - non_kv_bytes
+    return int(gpu_bytes * memory_fraction - non_kv_bytes)  # a float product, as vLLM computes it
+
+
 def free_bytes(gpu_bytes: int, weights: int, overhead_bytes: int = 0) -> int:
     """Memory left for the KV cache (negative when the weights alone do not fit)."""
     for key, value in (
@@ -41,7 +55,7 @@ def free_bytes(gpu_bytes: int, weights: int, overhead_bytes: int = 0) -> int:
         ("overhead_bytes", overhead_bytes),
     ):
         require_int(value, key, low=0)
-    return gpu_bytes - weights - overhead_bytes
+    return kv_budget_bytes(gpu_bytes, weights + overhead_bytes)
 
 
 def max_batch(

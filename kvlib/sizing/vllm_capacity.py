@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from kvlib import KVLibError
 from kvlib.checks import require_int
+from kvlib.sizing.capacity import kv_budget_bytes
 from kvlib.sizing.dtypes import KV_DTYPES
 from kvlib.sizing.parallel import check_parallel, kv_heads_per_gpu, pp_layer_ranges
 from kvlib.sizing.spec import ModelSpec, require_spec
@@ -308,7 +309,7 @@ def vllm_capacity(
 
     requested = gpu_memory_bytes * gpu_memory_utilization  # a float in vLLM too
     non_kv = weight_bytes + peak_activation_bytes + non_torch_bytes + cuda_graph_bytes
-    available = int(requested - non_kv)
+    available = kv_budget_bytes(gpu_memory_bytes, non_kv, gpu_memory_utilization)
     stages = pp_layer_ranges(spec.num_layers, pipeline_parallel_size)
 
     def page(kind) -> int:

@@ -43,7 +43,7 @@ from kvlib.serving.simulator import simulate
 from kvlib.serving.step_time import StepTimeModel
 from kvlib.serving.traces import SHAREGPT, Request, make_trace
 from kvlib.serving.types import CATEGORIES
-from kvlib.sizing.capacity import free_bytes, weight_bytes
+from kvlib.sizing.capacity import free_bytes, kv_budget_bytes, weight_bytes
 from kvlib.sizing.catalog import catalog_config, catalog_entry
 from kvlib.sizing.dtypes import kv_dtype
 from kvlib.sizing.spec import ModelSpec, bytes_per_token, cache_bytes
@@ -254,7 +254,7 @@ def variant_kv_budget(
 
     Chapter 4's :func:`kvlib.serving.roofline.kv_budget`, generalised to any variant and GPU."""
     weights = weight_bytes(variant.num_parameters, "fp16")
-    kv = int(gpu.memory_bytes * memory_fraction) - weights - max_num_seqs * variant.state_bytes
+    kv = kv_budget_bytes(gpu.memory_bytes, weights + max_num_seqs * variant.state_bytes, memory_fraction)
     per_token = variant.bytes_per_token
     if kv < per_token * block_size:
         raise KVLibError(f"{variant.name} leaves no room for a KV block on the {gpu.name}")
