@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.quant.minmax import check_floats, check_group_size, fp16_scale, grouped
+from kvlib.quant.minmax import check_floats, check_group_size, finite_in, fp16_scale, grouped
 
 FP8_DTYPE = torch.float8_e4m3fn  # the storage dtype: e4m3, finite only
 FP8_MAX = torch.finfo(FP8_DTYPE).max  # 448.0
@@ -45,7 +45,7 @@ class Fp8Tensor:
         """``data * scale`` in float32, returned in the original dtype."""
         length = self.data.shape[-1]
         values = grouped(self.data.float(), self.group_size) * self.scale.float()[..., None]
-        return values.flatten(-2)[..., :length].to(self.dtype)
+        return finite_in(values.flatten(-2)[..., :length], self.dtype)
 
 
 def quantize_fp8(x: torch.Tensor, group_size: int | None = None) -> Fp8Tensor:

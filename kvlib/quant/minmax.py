@@ -23,7 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from kvlib import KVLibError
-from kvlib.quant.packing import pack_codes, unpack_codes
+from kvlib.quant.packing import check_bits, pack_checked, unpack_codes
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what the quantizers accept
 FP16_MAX = torch.finfo(torch.float16).max  # 65504: the largest magnitude an fp16 zero point holds
@@ -34,7 +34,9 @@ def check_floats(x: torch.Tensor, what: str = "x", within_fp16: bool = True) -> 
     if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_DTYPES:
         dtype = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise KVLibError(f"{what} must be a float32, float16 or bfloat16 tensor, not {dtype}")
-    if within_fp16 and x.numel() and not bool((x.abs() <= FP16_MAX).all()):  # NaN fails the test too
+    # compared in float32: in bfloat16, 65504 itself rounds up to 65536, which would pass
+    magnitude = x.abs() if x.dtype != torch.bfloat16 else x.abs().float()
+    if within_fp16 and x.numel() and not bool((magnitude <= FP16_MAX).all()):  # NaN fails the test too
         raise KVLibError(f"{what} holds values that are not finite or beyond fp16's range (±{FP16_MAX:g})")
 
 
@@ -65,6 +67,18 @@ def fp16_toward(x: torch.Tensor, direction: float) -> torch.Tensor:
     wrong_side = (nearest.float() < x) if direction > 0 else (nearest.float() > x)
     step = torch.nextafter(nearest, torch.full_like(nearest, direction))
     return torch.where(wrong_side, step, nearest)
+
+
+def finite_in(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float32 ``values`` in ``dtype``, clamped to its largest finite magnitude first.
+
+    A scale rounded up to fp16 can read the top code back a little beyond the group's maximum:
+    at fp16's limit (±65504) that is past the largest fp16 and would become inf. Every input
+    was finite in ``dtype``, so the clamp only moves a value toward the one it stands for: the
+    error bound still holds, and dequantize is finite for every finite input.
+    """
+    limit = torch.finfo(dtype).max
+    return values.clamp_(-limit, limit).to(dtype)
 
 
 def grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -104,15 +118,14 @@ class QuantizedTensor:
         """``code * scale + zero`` per value, in float32 arithmetic, returned in the original dtype."""
         codes = grouped(self.codes(), self.group_size).float()  # (..., groups, group_size)
         values = codes * self.scale.float()[..., None] + self.zero.float()[..., None]
-        return values.flatten(-2)[..., : self.length].to(self.dtype)
+        return finite_in(values.flatten(-2)[..., : self.length], self.dtype)
 
 
 def quantize_minmax(x: torch.Tensor, bits: int, group_size: int = 32) -> QuantizedTensor:
     """Quantize ``x`` (..., length) in groups of ``group_size`` values along its last dim (see the module)."""
     check_floats(x)
     check_group_size(group_size)
-    if bits not in (2, 4, 8):
-        raise KVLibError(f"bits must be one of (2, 4, 8), not {bits!r}")
+    bits = 8 // check_bits(bits)
     if x.ndim == 0 or x.shape[-1] == 0:
         raise KVLibError(f"x must have a non-empty last dim, not shape {tuple(x.shape)}")
     groups = grouped(x.float(), group_size)  # (..., num_groups, group_size)
@@ -123,4 +136,4 @@ def quantize_minmax(x: torch.Tensor, bits: int, group_size: int = 32) -> Quantiz
     divisor = torch.where(scale == 0, torch.ones_like(scale), scale).float()  # equal values: codes 0
     codes = ((groups - zero.float()[..., None]) / divisor[..., None]).round().clamp_(0, top)
     codes = codes.to(torch.uint8).flatten(-2)[..., : x.shape[-1]]  # (..., length)
-    return QuantizedTensor(pack_codes(codes, bits), scale, zero, bits, group_size, x.shape[-1], x.dtype)
+    return QuantizedTensor(pack_checked(codes, bits), scale, zero, bits, group_size, x.shape[-1], x.dtype)

@@ -10,19 +10,23 @@ A vector of ``length`` codes takes ``ceil(length * bits / 8)`` bytes, the data p
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch.nn import functional as F
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
+from kvlib.units import ceil_div
 
 PACKED_BITS = (2, 4, 8)  # code widths that fill a byte exactly
 
 
-def _check_bits(bits: int) -> int:
+def check_bits(bits: int) -> int:
     """``bits`` if it is one of :data:`PACKED_BITS`; a one-line KVLibError otherwise."""
-    if bits not in PACKED_BITS:
-        raise KVLibError(f"bits must be one of {PACKED_BITS}, not {bits!r}")
-    return 8 // bits  # codes per byte
+    if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or bits not in PACKED_BITS:
+        raise KVLibError(f"bits must be one of {PACKED_BITS} (an integer), not {bits!r}")
+    return 8 // int(bits)  # codes per byte
 
 
 def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -31,9 +35,20 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     The last byte of a vector whose length is not a multiple of ``8 // bits`` is padded with
     zero codes. Returns ``uint8``.
     """
-    per_byte = _check_bits(bits)
-    if codes.dtype != torch.uint8:
-        raise KVLibError(f"codes must be uint8, not {codes.dtype}")
+    check_bits(bits)
+    if not isinstance(codes, torch.Tensor) or codes.dtype != torch.uint8 or codes.ndim == 0:
+        what = f"{codes.dtype} of shape {tuple(codes.shape)}" if isinstance(codes, torch.Tensor) else codes
+        raise KVLibError(f"codes must be a uint8 tensor with a last dim, not {what!r}"[:200])
+    if codes.numel() and int(codes.max()) > 2**bits - 1:
+        raise KVLibError(
+            f"codes must lie in 0..{2**bits - 1} to fit {bits} bits, not up to {int(codes.max())}"
+        )
+    return pack_checked(codes, int(bits))
+
+
+def pack_checked(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """:func:`pack_codes` of codes known to fit (a quantizer's clamped codes): no check, no reduction."""
+    per_byte = 8 // bits
     if per_byte == 1:
         return codes
     length = codes.shape[-1]
@@ -45,9 +60,18 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 def unpack_codes(packed: torch.Tensor, bits: int, length: int) -> torch.Tensor:
     """The ``length`` codes of each vector packed by :func:`pack_codes`: (..., num_bytes) -> (..., length)."""
-    per_byte = _check_bits(bits)
-    if packed.dtype != torch.uint8:
-        raise KVLibError(f"packed codes must be uint8, not {packed.dtype}")
+    per_byte = check_bits(bits)
+    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8 or packed.ndim == 0:
+        what = (
+            f"{packed.dtype} of shape {tuple(packed.shape)}" if isinstance(packed, torch.Tensor) else packed
+        )
+        raise KVLibError(f"packed codes must be a uint8 tensor with a last dim, not {what!r}"[:200])
+    length = require_int(length, "length", low=0)
+    if packed.shape[-1] != ceil_div(length * bits, 8):
+        raise KVLibError(
+            f"length {length} at {bits} bits needs {ceil_div(length * bits, 8)} bytes per vector, "
+            f"but the packed codes have {packed.shape[-1]}"
+        )
     if per_byte == 1:
         return packed[..., :length]
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)  # (per_byte,)

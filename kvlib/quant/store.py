@@ -66,6 +66,8 @@ class QuantizedKVStore:
                 f"k and v must be (batch, kv_heads, num_new, head_dim) of one dtype, not "
                 f"{tuple(k.shape)} {k.dtype} and {tuple(v.shape)} {v.dtype}"
             )
+        if 0 in k.shape:
+            raise KVLibError(f"k and v must hold at least one token of one head, not shape {tuple(k.shape)}")
         if self.k_residual is not None:
             if k.shape[:2] + k.shape[3:] != self.k_residual.shape[:2] + self.k_residual.shape[3:]:
                 raise KVLibError(
