@@ -32,6 +32,7 @@ from kvlib.model.head_pooling import pool_kv_heads
 from kvlib.model.llama import TinyLlama
 from kvlib.quality.score import Quality, logits_in_steps, score_logits
 from kvlib.quant.formats import kv_quant_format
+from kvlib.sizing.spec import kv_cache_bytes
 from kvlib.train.corpus import Documents
 from kvlib.train.trainer import WholeSequence
 
@@ -49,9 +50,10 @@ class LeverResult:
 
 
 def fp16_bytes_per_token(model: TinyLlama) -> int:
-    """2 (K and V) x layers x kv_heads x head_dim x 2 bytes: the full cache's bytes per token in fp16."""
+    """The full cache's bytes per token in fp16, for the trained model: chapter 2's formula
+    (:func:`kvlib.sizing.spec.kv_cache_bytes`) at one token."""
     c = model.config
-    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * FP16_BYTES
+    return kv_cache_bytes(c.num_layers, c.num_kv_heads, c.head_dim, seq_len=1, dtype_bytes=FP16_BYTES)
 
 
 def _check_model_and_documents(model: TinyLlama, docs: Documents) -> None:
