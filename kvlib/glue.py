@@ -54,3 +54,10 @@ def glue(**values) -> None:
 
     for name, value in plain_values.items():
         myst_glue(name, value, display=False)
+
+
+def glue_exact(**values) -> None:
+    """:func:`glue` for a cell whose output nbval compares: values that are the same on every machine
+    (simulated on a seeded trace, modelled from a data sheet), floats rounded to 12 significant digits,
+    since nbval compares their text and the last bits of a float sum are not the point (chapter 4)."""
+    glue(**{key: float(f"{v:.12g}") if isinstance(v, float) else v for key, v in values.items()})

@@ -33,3 +33,11 @@ def test_outside_a_notebook_glue_only_checks():
     assert glue(ratio=np.float64(1.25), verdict="holds") is None
     with pytest.raises(KVLibError):
         glue(bad=float("nan"))
+
+
+def test_glue_exact_rounds_floats_to_12_digits_and_keeps_the_rest():
+    from kvlib.glue import glue_exact
+
+    glue_exact(a=0.1 + 0.2, b=3, c="never")  # outside a kernel the values are only checked
+    with pytest.raises(KVLibError, match="finite"):
+        glue_exact(a=float("nan"))

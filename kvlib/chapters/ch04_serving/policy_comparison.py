@@ -48,6 +48,16 @@ ONE_PER_STEP = StepTimeModel(
 )  # for runs whose clock does not matter
 
 
+def paper_band(ratio: float, band: tuple[float, float], ja: bool = False) -> str:
+    """Where a ratio of ours lies against one of the paper's bands (:data:`PAPER_RATE_VS_ORACLE`,
+    :data:`PAPER_RATE_VS_MAX`), in words for the prose: inside, below or above (in Japanese if ``ja``)."""
+    low, high = band
+    where = "inside" if low <= ratio <= high else ("below" if ratio < low else "above")
+    if ja:
+        return {"inside": "論文の範囲内", "below": "論文の範囲より下", "above": "論文の範囲より上"}[where]
+    return f"{where} the paper's band"
+
+
 def serve_policies(
     requests,
     num_slots: int,

@@ -193,3 +193,12 @@ def test_cap_table_finds_the_steps_where_the_cap_binds(runs):
     assert never["steps at the cap of 10000 (%)"] == 0 and never["budget free at the cap (%)"] == 0
     share, free_at_cap, free_else = runs["paged"].at_cap(10_000)
     assert share == 0 and free_else == pytest.approx(runs["paged"].memory_shares()["free"])
+
+
+def test_paper_band_says_where_a_ratio_lies_in_both_languages():
+    from kvlib.chapters.ch04_serving.policy_comparison import PAPER_RATE_VS_ORACLE, paper_band
+
+    assert paper_band(2.0, PAPER_RATE_VS_ORACLE) == "inside the paper's band"
+    assert paper_band(1.7, PAPER_RATE_VS_ORACLE) == "inside the paper's band"  # the band's ends are in it
+    assert paper_band(1.2, PAPER_RATE_VS_ORACLE) == "below the paper's band"
+    assert paper_band(3.0, PAPER_RATE_VS_ORACLE, ja=True) == "論文の範囲より上"
