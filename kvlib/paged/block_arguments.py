@@ -25,7 +25,14 @@ def check_seq_id(seq_id) -> None:
 
 
 def checked_token_ids(token_ids: Sequence[int]) -> Sequence[int]:
-    """``token_ids`` itself, once every token is checked to be a non-negative integer (at least one)."""
+    """``token_ids`` itself, once it is checked to be a sequence (a list or tuple the manager can
+    index and read again later, not a generator or a string) of non-negative integers, at least one."""
+    if isinstance(token_ids, str | bytes) or not isinstance(token_ids, Sequence):
+        raise KVLibError(
+            f"token ids must be a list or tuple of integers, not {type(token_ids).__name__} {token_ids!r}"[
+                :200
+            ]
+        )
     try:
         values = [operator.index(t) for t in token_ids]
     except TypeError:

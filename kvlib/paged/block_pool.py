@@ -141,6 +141,8 @@ class BlockPool:
         A block freed more often than block tables use it (a double free) is an error, raised
         before any count changes: a ``ref_cnt`` of -1 would put the block in two tables at once later.
         """
+        if not isinstance(blocks, Iterable) or isinstance(blocks, KVCacheBlock):
+            raise KVLibError(f"blocks must be an iterable of this pool's blocks, not {blocks!r}"[:200])
         blocks = [self._own(block) for block in blocks]
         frees: dict[int, int] = {}
         for block in blocks:

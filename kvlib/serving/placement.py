@@ -70,12 +70,15 @@ class ReservedMemory:
         if allocator not in ALLOCATORS:
             raise KVLibError(f"unknown allocator {allocator!r}; choose from {', '.join(ALLOCATORS)}")
         if max_len > num_slots:
-            raise KVLibError(f"a budget of {num_slots} slots cannot hold one request of {max_len} tokens")
+            raise KVLibError(
+                f"a budget of {num_slots} slots cannot hold one request of max_len {max_len} tokens: "
+                f"num_slots must be >= max_len (or lower max_len)"
+            )
         self.policy, self.max_len, self.manager = policy, max_len, manager
         self.allocator = BuddyAllocator(num_slots) if allocator == "buddy" else ContiguousAllocator(num_slots)
         if self.allocator.largest_gap < self.allocator.footprint(max_len):
             raise KVLibError(
-                f"no block of a budget of {num_slots} slots holds one request of {max_len} tokens"
+                f"no block of a budget of {num_slots} slots holds one request of max_len {max_len} tokens"
             )
         self.placed: dict[int, tuple[int, int]] = {}  # seq_id -> (start, size)
         self.num_slots = num_slots

@@ -107,3 +107,30 @@ def test_a_valid_decode_step_still_matches_between_kernels(kernel):
         cache = decode_ready(name)
         outs.append(cache.attend(0, q, k, v))
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_allocate_of_a_generator_is_named():
+    from kvlib.paged.block_manager import BlockManager
+
+    manager = BlockManager(4, 4)
+    with pytest.raises(KVLibError, match="token ids must be a list or tuple"):
+        manager.allocate(1, (t for t in [1, 2]))
+    with pytest.raises(KVLibError, match="token ids must be a list or tuple"):
+        manager.allocate(1, "abc")
+
+
+def test_free_blocks_of_none_is_named():
+    from kvlib.paged.block_pool import BlockPool
+
+    pool = BlockPool(4)
+    with pytest.raises(KVLibError, match="blocks must be an iterable"):
+        pool.free_blocks(None)
+    with pytest.raises(KVLibError, match="blocks must be an iterable"):
+        pool.free_blocks(pool.get_new_blocks(1)[0])
+
+
+def test_the_simulator_budget_error_names_max_len():
+    from kvlib.serving.placement import make_memory
+
+    with pytest.raises(KVLibError, match="max_len 2048"):
+        make_memory("max", 1000, 2048, 16)
