@@ -72,13 +72,13 @@ def hygiene_problems(path: Path) -> list[str]:
                 problems.append(f"code cell {i} output shows a local path near {near!r}")
         problems.extend(f"code cell {i}: {problem}" for problem in unclassified_assertions(cell.source))
         if "solution(" in cell.source and "remove-cell" not in cell.metadata.get("tags", []):
-            # issue 16: an exercise's solution is proven where the reader does not see it
+            # an exercise's solution is proven where the reader does not see it
             problems.append(f"code cell {i} shows a solution: tag it remove-cell, or pose a blank instead")
     problems.extend(readability_problems(nb))
     return problems
 
 
-# Readable chapters (issue 16): no stretch of prose longer than this many lines without a code cell,
+# Readable chapters: no stretch of prose longer than this many lines without a code cell,
 # a figure, a table, an equation or an admonition between; and a key-idea box opening every section.
 MAX_PROSE_LINES = 25
 UNBOXED_SECTIONS = ("Summary", "Exercises", "On a GPU", "References")
@@ -139,7 +139,7 @@ def readability_problems(nb) -> list[str]:
     return problems
 
 
-# Every assertion in a notebook says what kind of claim it checks (DEVELOPERS' rule, issue 1/7):
+# Every assertion in a notebook says what kind of claim it checks (the developers' rule):
 #   [exact]       a deterministic output (sizes, tokens, block tables, counts);
 #   [guaranteed]  a claim physics or arithmetic guarantees, with the argument for its margin;
 #   [sanity]      a labelled sanity bound, with the gross failure it catches.

@@ -118,7 +118,7 @@ def test_a_missing_first_hint_is_named(monkeypatch):
         exercises.check("2.1", ...)
 
 
-# ---------------------------------------------------------------- hardening (issue 13)
+# ---------------------------------------------------------------- bad input
 
 FUNCTION_KEYS = ["0.3", "2.5", "3.6", "4.5", "5.5"]  # exercises answered with a function
 

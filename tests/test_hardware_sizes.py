@@ -1,4 +1,4 @@
-"""Every size that a claim of the book depends on is chosen from the hardware (issue 1/7):
+"""Every size that a claim of the book depends on is chosen from the hardware:
 with a larger last-level cache (KVBOOK_LLC_BYTES) each one grows, and each that must come
 from DRAM stays at least four times the cache. One test lists them all, chapter by chapter."""
 

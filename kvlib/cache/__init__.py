@@ -3,7 +3,7 @@
 - ``contiguous``: the preallocated cache and the concatenating one (the trap), with their byte
   counts.
 - ``quantized``: a cache that stores K/V in a :mod:`kvlib.quant` format and attends over them
-  dequantized (the quality chapter of issue 14, not yet written).
+  dequantized (chapter 7).
 - ``eviction``: which tokens a layer keeps under a budget: a sliding window, StreamingLLM's sinks
   plus a window, H2O's heavy hitters plus a recent window (the same chapter).
 - ``evicting``: a cache that applies such a policy after every step and attends over the kept

@@ -3,8 +3,8 @@
 :class:`EvictingKVCache` implements the model's two-method protocol
 (:class:`~kvlib.model.config.KVCache`) like :class:`~kvlib.cache.contiguous.ContiguousKVCache`,
 but after every step each layer drops the tokens that its policy
-(:mod:`kvlib.cache.eviction_policies`: sliding window, StreamingLLM, H2O) does not keep. Issue 14's
-chapter "What a smaller cache costs" (not yet written) runs the trained model through it to
+(:mod:`kvlib.cache.eviction_policies`: sliding window, StreamingLLM, H2O) does not keep. Chapter 7
+("What a smaller cache costs") runs the trained model through it to
 measure what each policy costs at equal KV budget, against the full cache.
 
 How a step goes, for each layer:

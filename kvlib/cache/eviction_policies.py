@@ -1,8 +1,8 @@
 """Which cached tokens a layer keeps under a budget: sliding window, StreamingLLM, H2O (quality chapter).
 
 Evicting tokens is the third lossy way to shrink a KV cache, beside quantizing it
-(:mod:`kvlib.cache.quantized`) and sharing heads (GQA/MQA). Issue 14's chapter "What a smaller
-cache costs" (not yet written) runs the trained model through
+(:mod:`kvlib.cache.quantized`) and sharing heads (GQA/MQA). Chapter 7 ("What a smaller
+cache costs") runs the trained model through
 :class:`~kvlib.cache.evicting_cache.EvictingKVCache` with each policy below, at several budgets, and
 measures perplexity over long sequences and the recall of a retrieval probe.
 

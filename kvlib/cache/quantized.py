@@ -4,7 +4,7 @@
 (:class:`~kvlib.model.config.KVCache`) like :class:`~kvlib.cache.contiguous.ContiguousKVCache`,
 but each layer's K and V go into a :class:`~kvlib.quant.store.QuantizedKVStore` in a
 :class:`~kvlib.quant.formats.KVQuantFormat` (int8/int4/int2 per token, fp8, KIVI, or
-``none``). Issue 14's chapter "What a smaller cache costs" runs the trained model through it
+``none``). Chapter 7 ("What a smaller cache costs") runs the trained model through it
 to measure what each format costs in perplexity and greedy-token agreement.
 
 A step first stores its new tokens, then attends over everything held: the queries of a

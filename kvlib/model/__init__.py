@@ -10,7 +10,7 @@
 - ``lean``: the lean forward pass :class:`TinyLlama` runs without gradients (fused q/k/v and
   gate/up products, norms folded into the weights: 65 operators per decode step instead of 121).
 - ``head_pooling``: :func:`~kvlib.model.head_pooling.pool_kv_heads`, a model converted to fewer K/V
-  heads (GQA/MQA by mean-pooling or keeping one head per group; issue 14's quality chapter).
+  heads (GQA/MQA by mean-pooling or keeping one head per group; chapter 7).
 - ``encdec``: an encoder-decoder, whose cross-attention K/V do not grow (chapter 1).
 - ``hf``: the bridge to Hugging Face ``transformers`` (weights both ways, logits compared).
 

@@ -1,4 +1,4 @@
-"""Fewer K/V heads after training: a multi-head model converted to GQA or MQA (chapter on quality, issue 14).
+"""Fewer K/V heads after training: a multi-head model converted to GQA or MQA (chapter 7).
 
 A model trained with ``num_kv_heads`` K/V heads can be given fewer, g, without training
 from scratch: the GQA paper (Ainslie et al. 2023, "GQA: Training Generalized Multi-Query
@@ -8,8 +8,8 @@ mean-pooling the projection matrices of the heads in it; the model is then uptra
 few percent of its pre-training steps. Its ablation (Figure 4) compares mean-pooling with
 keeping the first head of each group and with fresh random heads: mean-pooling is best,
 keeping one head next. :func:`pool_kv_heads` does both conversions on a
-:class:`~kvlib.model.llama.TinyLlama`; the quality chapter of issue 14 (not yet written)
-converts the project's trained MHA model to GQA and MQA with it, before and after uptraining,
+:class:`~kvlib.model.llama.TinyLlama`; chapter 7 (What a smaller cache
+costs) converts the project's trained MHA model to GQA and MQA with it, before and after uptraining,
 and sets perplexity against the KV bytes saved (g / num_kv_heads of the cache).
 
 Grouping follows :func:`~kvlib.model.attention.grouped_attention`: query head i reads K/V head

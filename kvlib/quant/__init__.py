@@ -1,5 +1,5 @@
-"""Quantized KV storage: what the quality chapter "What a smaller cache costs" measures (issue 14's
-new chapter, not yet written), and the real bytes behind chapter 2's quantized sizes.
+"""Quantized KV storage: what the quality chapter "What a smaller cache costs" measures (chapter 7),
+and the real bytes behind chapter 2's quantized sizes.
 
 - ``packing``: int4 / int2 codes packed two / four to a byte, unpacked exactly.
 - ``minmax``: asymmetric min-max quantization in groups (fp16 scale and zero point per group),

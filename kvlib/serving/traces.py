@@ -157,7 +157,7 @@ class Request:
     output_len: int  # tokens it generates
 
     def __post_init__(self):
-        """Refuse what no server can serve, in one line naming the field (issue 13's hardening).
+        """Refuse what no server can serve, in one line naming the field.
 
         ``output_len`` must be at least 1, as vLLM requires ``max_tokens >= 1``
         (vllm/sampling_params.py, ``SamplingParams._verify_args``: a vLLM server answers

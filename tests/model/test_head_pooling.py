@@ -1,4 +1,4 @@
-"""Tests of kvlib.model.head_pooling: a model converted to fewer K/V heads (issue 14's head pooling).
+"""Tests of kvlib.model.head_pooling: a model converted to fewer K/V heads (chapter 7).
 
 Pooled projections give the mean of the group's heads' K and V where that must hold (the
 projections, the rotated keys, the first layer's cache); keeping one head reproduces it; the

@@ -1,5 +1,5 @@
 """Bad input to the block pool and the block manager is a one-line KVLibError, never silent corruption
-(issue 13: a double free drove ref_cnt to -1, a block of another pool was accepted, ``ref_cnt(-1)``
+(a double free drove ref_cnt to -1, a block of another pool was accepted, ``ref_cnt(-1)``
 answered for the last block, ``mark_computed(0, 4.0)`` stored the float)."""
 
 import numpy as np

@@ -1,5 +1,5 @@
 """Bad input to chapter 4's simulator, traces and step-time model is a one-line KVLibError naming the
-value, never a hang, a raw numpy error or a silently wrong number (issue 13's hardening)."""
+value, never a hang, a raw numpy error or a silently wrong number."""
 
 import math
 import signal

@@ -336,7 +336,7 @@ def test_prefix_caching_stores_a_shared_system_prompt_once():
     assert runs[True].stored_per_held < 0.5  # the 64 shared tokens are stored once, not once per request
 
 
-# --------------------------------------------------------------------------- preemption policies (issue 16)
+# --------------------------------------------------------------------------- preemption policies
 
 
 def _outcome(result):

@@ -161,7 +161,7 @@ def test_unknown_calculator_input_is_named():
         web_calculator.calculator_html(gpu=80)
 
 
-# ------------------------------------------------------------------ TP/PP and hardening (issue 13)
+# ------------------------------------------------------------------ TP/PP and bad input
 
 
 def test_form_has_vllms_parallel_flags_and_widget_bounds():

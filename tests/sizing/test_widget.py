@@ -1,5 +1,5 @@
 """The chapter 2 calculator: its numbers, its HTML, the widget, the static table; TP/PP per GPU and
-wrong inputs (issue 13)."""
+wrong inputs."""
 
 import math
 import re
@@ -44,7 +44,7 @@ def test_static_overview_covers_the_catalog():
     assert llama3["max batch fp16"] == 61 and llama3["max batch int4"] == 195
 
 
-# ------------------------------------------------------------------ TP/PP and hardening (issue 13)
+# ------------------------------------------------------------------ TP/PP and bad input
 
 LLAMA3_WEIGHTS = 16_060_522_496  # 8,030,261,248 bf16 parameters x 2 bytes
 

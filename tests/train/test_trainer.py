@@ -1,5 +1,5 @@
 """Tests of kvlib.train.trainer: the schedule by hand, the training pass's attention, a few real steps,
-and the shipped model's first losses retrained (issue 14's stored curve) (chapter 7)."""
+and the shipped model's first losses retrained (the stored curve) (chapter 7)."""
 
 import math
 

@@ -1,5 +1,5 @@
 """Chapter 4's exercises beyond tests/test_exercises.py: the answers worked out by hand, the hint each
-usual mistake gets, and exercise 4.6's preemption policy run in the simulator (issue 16)."""
+usual mistake gets, and exercise 4.6's preemption policy run in the simulator."""
 
 import math
 import random
