@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ from kvlib import KVLibError
 from kvlib.model.head_pooling import pool_kv_heads
 from kvlib.model.llama import TinyLlama
 from kvlib.train.checkpoint import load_model, save_model
-from kvlib.train.trainer import MAX_DATA_SEED, MAX_STEPS, QUALITY_MODEL, TrainConfig, train
+from kvlib.train.trainer import MAX_BATCH_SIZE, MAX_DATA_SEED, MAX_STEPS, QUALITY_MODEL, TrainConfig, train
 
 UPTRAIN_FRACTION = 0.05  # the GQA paper uptrains for 5 % of the pre-training steps
 UPTRAIN_DATA_SEED = 1  # uptraining's documents are not the pre-training ones
@@ -101,6 +102,8 @@ def check_train_args(args) -> None:
         raise KVLibError(f"--steps must be from 1 to 2**20, not {args.steps}")
     if args.batch_size < 1:
         raise KVLibError(f"--batch-size must be a positive integer, not {args.batch_size}")
+    if args.batch_size > MAX_BATCH_SIZE:
+        raise KVLibError(f"--batch-size must be at most {MAX_BATCH_SIZE} documents, not {args.batch_size}")
     if args.data_seed is not None and not 0 <= args.data_seed < MAX_DATA_SEED:
         raise KVLibError(f"--data-seed must be from 0 to {MAX_DATA_SEED - 1}, not {args.data_seed}")
     out = Path(args.out)
@@ -109,7 +112,17 @@ def check_train_args(args) -> None:
     if out.is_dir():
         raise KVLibError(f"--out {args.out} is a directory")
     folder = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
-    if not folder.is_dir() or not os.access(folder, os.W_OK):
+    if not folder.is_dir() or not os.access(folder, os.W_OK) or not _can_create_in(folder):
         raise KVLibError(f"--out {args.out}: cannot write in {folder}")
     if args.uptrain is not None and not Path(args.uptrain).is_file():
         raise KVLibError(f"--uptrain: no model file at {args.uptrain}")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Can a file be created in ``folder``? Tried before training, not after it: the permission
+    bits alone say yes for /proc or a read-only mount, where writing the model would then fail."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False

@@ -47,6 +47,7 @@ assert QUALITY_MODEL.vocab_size >= len(VOCAB), "the model must have an embedding
 # seed's low 32 bits). Training step s of data_seed d draws seed d * 2**20 + s with s < 2**20 and
 # d < 2**11, all below 2**31; the validation documents are drawn from 2**31, a seed no run trains on.
 MAX_STEPS = 2**20  # steps of one run: step s's seed must not reach the next data_seed's
+MAX_BATCH_SIZE = 1024  # documents per step: 128 times the default, so that a typo cannot stall the run
 MAX_DATA_SEED = 2**11  # data_seed * 2**20 + step stays below VALIDATION_SEED
 VALIDATION_SEED = 2**31  # the documents chapter 7 scores every lever on, never trained on
 
@@ -69,6 +70,10 @@ class TrainConfig:
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
                 raise KVLibError(f"TrainConfig.{name} must be a positive integer, not {value!r}")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise KVLibError(
+                f"TrainConfig.batch_size must be at most {MAX_BATCH_SIZE}, not {self.batch_size!r}"
+            )
         if self.num_steps > MAX_STEPS:
             raise KVLibError(f"TrainConfig.num_steps must be at most 2**20, not {self.num_steps!r}")
         for name in ("peak_lr", "grad_clip"):
