@@ -158,7 +158,10 @@ class BlockManager:
         return self.pool.blocks[block_id].ref_cnt
 
     def __contains__(self, seq_id: int) -> bool:
-        return seq_id in self.sequences
+        try:
+            return seq_id in self.sequences
+        except TypeError:  # an unhashable value is no sequence id
+            return False
 
     # ------------------------------------------------------------------ allocate / append
 

@@ -53,7 +53,7 @@ def pack_checked(codes: torch.Tensor, bits: int) -> torch.Tensor:
         return codes
     length = codes.shape[-1]
     padded = F.pad(codes, (0, -length % per_byte))  # (..., multiple of per_byte)
-    grouped = padded.view(*codes.shape[:-1], -1, per_byte)  # (..., num_bytes, per_byte)
+    grouped = padded.view(*codes.shape[:-1], ceil_div(length, per_byte), per_byte)  # (..., bytes, per_byte)
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=codes.device)  # (per_byte,)
     return (grouped << shifts).sum(dim=-1, dtype=torch.uint8)  # disjoint bits: the sum is an OR
 

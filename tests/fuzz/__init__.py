@@ -1,0 +1,1 @@
+"""Property tests over the arguments of kvlib's public library functions (hypothesis)."""

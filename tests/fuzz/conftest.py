@@ -1,0 +1,14 @@
+"""Hypothesis profiles of the property tests: ``default`` (a few cases per test, in make unit) and ``fuzz``
+(thousands, for a long run), chosen by the environment variable HYPOTHESIS_PROFILE."""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "fuzz", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
