@@ -68,3 +68,23 @@ def are_token_ids(values) -> bool:
         (type(t) is int or (isinstance(t, numbers.Integral) and not isinstance(t, bool))) and t >= 0
         for t in values
     )
+
+
+def check_token_tensor(tokens, name: str, vocab_size: int) -> None:
+    """KVLibError unless ``tokens`` is a (batch >= 1, length >= 1) integer tensor of ids in 0..vocab_size - 1.
+
+    Checked at a generate entry point, once: an id outside the vocabulary would otherwise be an
+    IndexError from the embedding, a float tensor a RuntimeError from index_select.
+    """
+    import torch  # here, not at the top: kvlib.checks is imported by modules that never touch torch
+
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or 0 in tokens.shape:
+        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise KVLibError(f"{name} must be a (batch >= 1, length >= 1) tensor of token ids, not {shape}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise KVLibError(f"{name} must hold integer token ids, not {tokens.dtype}")
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab_size:
+        raise KVLibError(
+            f"{name} token ids must lie in 0..{vocab_size - 1} (the vocabulary), not {low}..{high}"
+        )

@@ -25,6 +25,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache
+from kvlib.checks import check_token_tensor
 from kvlib.model.encdec import EncoderDecoder
 from kvlib.model.llama import TinyLlama
 
@@ -49,10 +50,7 @@ def generate_encdec(
     K/V grow in a :class:`~kvlib.cache.contiguous.ConcatKVCache` (whose tensors are exactly what is
     held); without it, every step recomputes both from scratch.
     """
-    if source.dim() != 2 or source.shape[1] < 1:
-        raise KVLibError(
-            f"source must be a (batch, src_len >= 1) tensor of token ids, not shape {tuple(source.shape)}"
-        )
+    check_token_tensor(source, "source", model.config.vocab_size)
     if not isinstance(num_new, int) or num_new < 1 or num_new + 1 > model.config.max_seq_len:
         raise KVLibError(
             f"num_new must be an integer from 1 to max_seq_len - 1 ({model.config.max_seq_len - 1}), "
@@ -101,6 +99,7 @@ class Decoder:
         if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] < 1:
             shape = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
             raise KVLibError(f"prompt must be a (batch, prompt_len >= 1) tensor of token ids, not {shape}")
+        check_token_tensor(prompt, "prompt", model.config.vocab_size)
         if not isinstance(num_new, int) or isinstance(num_new, bool) or num_new < 1:
             raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
         total = prompt.shape[1] + num_new

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import are_token_ids, require_int
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import Allocation, num_blocks_for
 from kvlib.paged.paged_cache import PagedKVCache
@@ -155,6 +156,11 @@ def generate_paged(
     """
     if not isinstance(num_new, int) or num_new < 1:
         raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
+    if not isinstance(prompts, Sequence) or isinstance(prompts, str) or not prompts:
+        raise KVLibError(f"prompts must be a non-empty list of token id lists, not {prompts!r}"[:200])
+    for prompt in prompts:
+        check_token_ids(prompt, "each prompt", model.config.vocab_size)
+    block_size = require_int(block_size, "block_size")
     if num_blocks is None:
         num_blocks = sum(num_blocks_for(len(p) + num_new, block_size) for p in prompts)
     cache = PagedKVCache.for_model(model, num_blocks, block_size)
@@ -204,8 +210,10 @@ def decode_branches(
     ``num_new - 1`` more tokens. The branches share the prompt's blocks; the first token each
     appends into the shared, partly filled last block triggers copy-on-write.
     """
-    if not first_tokens or num_new < 1:
-        raise KVLibError("decode_branches needs at least one branch and num_new >= 1")
+    check_token_ids(prompt, "prompt", model.config.vocab_size)
+    check_token_ids(first_tokens, "first_tokens", model.config.vocab_size)
+    num_new = require_int(num_new, "num_new")
+    block_size = require_int(block_size, "block_size")
     if num_blocks is None:
         num_blocks = len(first_tokens) * num_blocks_for(len(prompt) + num_new, block_size)
     cache = PagedKVCache.for_model(model, num_blocks, block_size)
@@ -228,3 +236,12 @@ def decode_branches(
     for seq_tokens, token in zip(tokens, next_tokens, strict=True):
         seq_tokens.append(token)
     return BranchRun(tokens, cache, snapshots)
+
+
+def check_token_ids(token_ids, name: str, vocab_size: int) -> None:
+    """KVLibError unless ``token_ids`` is a non-empty list or tuple of ids in 0..vocab_size - 1 (an id
+    outside the vocabulary would be an IndexError in the embedding, far from the call)."""
+    if not are_token_ids(token_ids) or not token_ids or max(token_ids) >= vocab_size:
+        raise KVLibError(
+            f"{name} must be a non-empty list of token ids in 0..{vocab_size - 1}, not {token_ids!r}"[:200]
+        )

@@ -107,7 +107,7 @@ def test_fork_and_copy_on_write_give_each_branch_its_own_continuation():
         for branch in (1, 2):
             k, v = run.cache.read(branch, layer)
             assert torch.equal(k[:, :21], k0[:, :21]) and torch.equal(v[:, :21], v0[:, :21])
-    with pytest.raises(KVLibError, match="at least one branch"):
+    with pytest.raises(KVLibError, match="first_tokens must be a non-empty list"):
         decode_branches(model, prompt, [], 3)
 
 
