@@ -35,6 +35,8 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.eviction_policies import H2O, SlidingWindow, StreamingLLM
+from kvlib.checks import require_int
+from kvlib.kernels.shape_checks import check_step
 from kvlib.model.config import ModelConfig
 
 
@@ -109,8 +111,7 @@ class EvictingKVCache:
         dtype=torch.float32,
     ):
         max_len = config.max_seq_len if max_len is None else max_len
-        if batch_size < 1 or max_len < 1:
-            raise KVLibError(f"batch_size and max_len must be positive, not {batch_size} and {max_len}")
+        batch_size, max_len = require_int(batch_size, "batch_size"), require_int(max_len, "max_len")
         if not isinstance(policy, SlidingWindow | StreamingLLM | H2O):
             raise KVLibError(f"policy must be a SlidingWindow, StreamingLLM or H2O, not {policy!r}")
         self.config = config  # the model's shape: num_kv_heads and head_dim of the K/V handed in
@@ -146,7 +147,12 @@ class EvictingKVCache:
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Count ``num_new`` more tokens per sequence; return their positions, (batch, num_new)."""
-        if not isinstance(num_new, int) or num_new < 1 or self.length + num_new > self.max_len:
+        if (
+            isinstance(num_new, bool)
+            or not isinstance(num_new, int)
+            or num_new < 1
+            or self.length + num_new > self.max_len
+        ):
             raise KVLibError(f"cannot add {num_new} tokens to {self.length} with max_len {self.max_len}")
         self._start, self.length = self.length, self.length + num_new
         device = self._new_positions.device
@@ -162,8 +168,7 @@ class EvictingKVCache:
         """
         num_new = self.length - self._start
         expected = (self.batch_size, self.config.num_kv_heads, num_new, self.config.head_dim)
-        if tuple(k.shape) != expected or tuple(v.shape) != expected:
-            raise KVLibError(f"k and v must be {expected} after prepare, not {tuple(k.shape)}")
+        check_step(layer, len(self.layers), q, k, v, expected)
         held = self.layers[layer]
         if held.seen != self._start:
             raise KVLibError(f"layer {layer} has seen {held.seen} tokens; this step starts at {self._start}")

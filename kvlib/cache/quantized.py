@@ -21,6 +21,8 @@ import torch
 from torch.nn import functional as F
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
+from kvlib.kernels.shape_checks import check_step
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
 from kvlib.quant.formats import KVQuantFormat, kv_quant_format
@@ -38,8 +40,7 @@ class QuantizedKVCache:
         fmt: KVQuantFormat | str = "int8",
         device=None,
     ):
-        if batch_size < 1 or max_len < 1:
-            raise KVLibError(f"batch_size and max_len must be positive, not {batch_size} and {max_len}")
+        batch_size, max_len = require_int(batch_size, "batch_size"), require_int(max_len, "max_len")
         self.fmt = kv_quant_format(fmt) if isinstance(fmt, str) else fmt
         self.layers = [QuantizedKVStore(self.fmt) for _ in range(config.num_layers)]  # one store per layer
         self.config = config  # the model's shape: num_kv_heads and head_dim of the K/V handed in
@@ -56,7 +57,12 @@ class QuantizedKVCache:
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Count ``num_new`` more tokens per sequence; return their positions, (batch, num_new)."""
-        if num_new < 1 or self.length + num_new > self.max_len:
+        if (
+            isinstance(num_new, bool)
+            or not isinstance(num_new, int)
+            or num_new < 1
+            or self.length + num_new > self.max_len
+        ):
             raise KVLibError(f"cannot add {num_new} tokens to {self.length} with max_len {self.max_len}")
         self._start, self.length = self.length, self.length + num_new
         return self.positions[:, self._start : self.length]
@@ -72,8 +78,7 @@ class QuantizedKVCache:
             self.length - self._start,
             self.config.head_dim,
         )
-        if tuple(k.shape) != expected:
-            raise KVLibError(f"k must be {expected} after prepare, not {tuple(k.shape)}")
+        check_step(layer, len(self.layers), q, k, v, expected)
         store = self.layers[layer]
         if store.length != self._start:
             raise KVLibError(f"layer {layer} holds {store.length} tokens; this step starts at {self._start}")

@@ -30,3 +30,28 @@ def check_batch(batch: int, num_tables: int, num_lens: int) -> None:
             f"batch sizes differ: q {batch}, block_tables {num_tables}, seq_lens {num_lens}; "
             "they must be equal"
         )
+
+
+def check_step(layer, num_layers: int, q, k, v, kv_shape: tuple[int, int, int, int]) -> None:
+    """The arguments of a cache's ``attend(layer, q, k, v)``, checked once per layer: ``layer`` in
+    0..num_layers - 1 (not Python's -1 for the last), k and v exactly ``kv_shape`` (batch,
+    num_kv_heads, num_new, head_dim) for the prepared step, q (batch, heads, num_new, head_dim)
+    with heads a multiple of the KV heads (:func:`check_heads`); else a KVLibError."""
+    from kvlib.checks import require_int
+
+    if kv_shape[2] == 0:
+        raise KVLibError("attend before prepare: call cache.prepare(num_new) before each step")
+    require_int(layer, "layer", 0, num_layers - 1)
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not hasattr(tensor, "shape") or len(tensor.shape) != 4:
+            shape = tuple(tensor.shape) if hasattr(tensor, "shape") else type(tensor).__name__
+            raise KVLibError(f"{name} must be a 4-d tensor (batch, heads, num_new, head_dim), not {shape}")
+    for name, tensor in (("k", k), ("v", v)):
+        if tuple(tensor.shape) != kv_shape:
+            raise KVLibError(f"{name} must be {kv_shape} after prepare, not {tuple(tensor.shape)}")
+    batch, _, num_new, _ = kv_shape
+    if q.shape[0] != batch or q.shape[2] != num_new:
+        raise KVLibError(f"q must be ({batch}, num_heads, {num_new}, head_dim), not {tuple(q.shape)}")
+    check_heads(q.shape[1], q.shape[3], kv_shape[1], kv_shape[3])
+    if q.dtype != k.dtype or v.dtype != k.dtype:
+        raise KVLibError(f"q, k and v must share one dtype, not {q.dtype}, {k.dtype}, {v.dtype}")

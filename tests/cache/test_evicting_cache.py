@@ -161,7 +161,7 @@ def test_the_model_generates_through_the_cache(make):
 def test_bad_use_gets_one_line_errors():
     with pytest.raises(KVLibError, match="policy must be"):
         EvictingKVCache(CONFIG, 2, "h2o")
-    with pytest.raises(KVLibError, match="positive"):
+    with pytest.raises(KVLibError, match="must be an integer >= 1"):
         EvictingKVCache(CONFIG, 0, SlidingWindow(4))
     cache = EvictingKVCache(CONFIG, 2, SlidingWindow(4), max_len=4)
     with pytest.raises(KVLibError, match="max_len 4"):

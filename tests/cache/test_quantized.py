@@ -57,7 +57,7 @@ def test_positions_and_bytes():
 def test_bad_use_gets_one_line_errors():
     with pytest.raises(KVLibError, match="unknown KV quantization format"):
         QuantizedKVCache(CONFIG, 2, 16, "int3")
-    with pytest.raises(KVLibError, match="positive"):
+    with pytest.raises(KVLibError, match="must be an integer >= 1"):
         QuantizedKVCache(CONFIG, 0, 16)
     cache = QuantizedKVCache(CONFIG, 2, 4)
     with pytest.raises(KVLibError, match="max_len 4"):
