@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from kvlib import KVLibError
 from kvlib.cache.generation import generate
+from kvlib.checks import require_int
 from kvlib.measure.timing import clock_for, one_cpu_thread, read_clock, synchronize
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.decode_loop import greedy_step, prefill
@@ -101,7 +102,17 @@ def run_engine(
     config = SchedulerConfig() if config is None else config
     if not isinstance(config, SchedulerConfig):
         raise KVLibError(f"config must be a SchedulerConfig or None, not {type(config).__name__}")
+    if not isinstance(model, TinyLlama) or (draft is not None and not isinstance(draft, TinyLlama)):
+        raise KVLibError(f"model and draft must be kvlib TinyLlama models, not {type(model).__name__}")
+    num_slots, max_len = require_int(num_slots, "num_slots"), require_int(max_len, "max_len")
+    block_size = require_int(block_size, "block_size")
     requests = checked_requests(requests)
+    vocab_size = model.config.vocab_size
+    largest = max(max(r.prompt) for r in requests)
+    if largest >= vocab_size:  # the embedding would raise an IndexError at that request's prefill
+        raise KVLibError(
+            f"a request's prompt holds token id {largest}; the model's vocabulary is 0..{vocab_size - 1}"
+        )
     device = model.lm_head.weight.device
     if max(r.total_len for r in requests) > min(max_len, model.config.max_seq_len):
         raise KVLibError(f"a request is longer than max_len {max_len} or the model's max_seq_len")

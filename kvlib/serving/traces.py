@@ -27,6 +27,8 @@ import numpy as np
 from kvlib import KVLibError
 from kvlib.checks import are_token_ids, require_int, require_real
 
+MAX_REQUESTS = 10**6  # requests of one trace: each is a Python object, and a simulation steps through all
+
 
 @dataclass(frozen=True)
 class TraceSpec:
@@ -133,8 +135,8 @@ def _solve_mu(mean_of_mu, target: float) -> float:
 
 def sample_lengths(spec: TraceSpec, num: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Prompt and output lengths of ``num`` requests, (num,) each, every total at most ``max_len``."""
-    if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 1:  # True is no count
-        raise KVLibError(f"the number of requests must be a positive integer, not {num!r}")
+    if isinstance(num, bool) or not isinstance(num, numbers.Integral) or not 1 <= num <= MAX_REQUESTS:
+        raise KVLibError(f"the number of requests must be an integer from 1 to {MAX_REQUESTS:,}, not {num!r}")
     num = int(num)
     rng = np.random.default_rng(require_int(seed, "the seed", 0))
     inputs = np.clip(np.round(rng.lognormal(spec.mu_input, spec.sigma, num)), 1, spec.max_len - 1).astype(int)

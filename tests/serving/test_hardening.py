@@ -204,7 +204,7 @@ def test_fit_step_time_refuses_what_is_no_measurement():
 @pytest.mark.parametrize("num", [True, 1.5, "3", None])
 def test_make_trace_needs_a_whole_number_of_requests(num):
     """True used to reach numpy ("expected a sequence of integers")."""
-    with pytest.raises(KVLibError, match="the number of requests must be a positive integer"):
+    with pytest.raises(KVLibError, match="the number of requests must be an integer from 1 to"):
         make_trace(ALPACA, num, 1.0)
 
 

@@ -90,7 +90,7 @@ def test_a_system_prompt_goes_in_front_of_every_prompt():
     "call, match",
     [
         (lambda: make_trace(ALPACA, 10, 0.0), "rate"),
-        (lambda: sample_lengths(ALPACA, 0), "positive integer"),
+        (lambda: sample_lengths(ALPACA, 0), "an integer from 1 to"),
         (
             lambda: make_trace(TraceSpec("t", 4, 4, max_len=16), 3, math.inf, system_prompt=(1,) * 16),
             "system prompt",
