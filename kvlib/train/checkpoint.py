@@ -29,7 +29,7 @@ WEIGHTS_DIR = Path(__file__).parent / "weights"  # the shipped files, inside the
 LFS_POINTER_START = b"version https://git-lfs"  # how a Git LFS pointer file begins
 
 
-MAX_SEQ_LEN = 2**17  # the longest context a model file may declare: Llama 3.1's 131,072 positions
+MAX_FILE_SEQ_LEN = 2**17  # the longest context a model file may declare: Llama 3.1's 131,072 positions
 
 
 def sha256_of(path: Path) -> str:
@@ -81,10 +81,10 @@ def load_model(path: Path) -> TinyLlama:
     path = _checked(Path(path))
     config_fields, _ = _metadata(path)
     config = ModelConfig(**config_fields)  # its own one-line errors for bad values
-    if config.max_seq_len > MAX_SEQ_LEN:  # the rotary table, built on first use, would not fit in memory
+    if config.max_seq_len > MAX_FILE_SEQ_LEN:  # the rotary table, built on first use, would not fit in memory
         raise KVLibError(
             f"{path.name}'s config says max_seq_len {config.max_seq_len:,}; a kvlib model file may say "
-            f"at most {MAX_SEQ_LEN:,} (Llama 3.1's context)"
+            f"at most {MAX_FILE_SEQ_LEN:,} (Llama 3.1's context)"
         )
     try:
         tensors = load_file(str(path))

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from kvlib import KVLibError
 from kvlib.cli import main
 from kvlib.model.llama import TinyLlama
-from kvlib.train.checkpoint import MAX_SEQ_LEN, load_model
+from kvlib.train.checkpoint import MAX_FILE_SEQ_LEN, load_model
 from kvlib.train.trainer import MAX_BATCH_SIZE, QUALITY_MODEL, TrainConfig
 from tests.train.test_checkpoint import write_with_checksum
 
@@ -24,7 +24,7 @@ def test_a_checkpoint_declaring_a_huge_max_seq_len_is_refused(tmp_path):
     config = json.dumps({**vars(QUALITY_MODEL), "max_seq_len": 10**12})
     save_file(tensors, str(path), metadata={"config": config, "info": "{}"})
     write_with_checksum(path, path.read_bytes())
-    with pytest.raises(KVLibError, match=f"max_seq_len 1,000,000,000,000; .* at most {MAX_SEQ_LEN:,}"):
+    with pytest.raises(KVLibError, match=f"max_seq_len 1,000,000,000,000; .* at most {MAX_FILE_SEQ_LEN:,}"):
         load_model(path)
 
 
