@@ -17,8 +17,11 @@ matrix products of the lean decode step (chapter 1).
 - ``numba_setup``: how the numba code is cached (under a fingerprint of all these sources)
   and on how many threads it runs (torch's).
 - ``pool_decoder``: :class:`~kvlib.kernels.pool_decoder.PoolDecoder`, the numba kernel bound to
-  one cache's pools (numpy views made once, no checks): the caches' decode steps on a CPU,
-  allocating nothing (chapter 1's lean step).
+  one cache's pools (numpy views made once; only the shape checks below): the caches' decode
+  steps on a CPU, allocating nothing (chapter 1's lean step).
+- ``shape_checks``: the one copy of the shape checks every path makes (q's heads and head_dim
+  against the cache's, q's batch against the block tables, a cache step's layer, q, k and v):
+  a compiled kernel given a mismatched query would return NaN, wrong numbers or crash.
 - ``row_product`` and ``numba_rows``: ``add + x @ w`` for the few rows of a decode step,
   streaming the weights at the memory's rate (the lean step's products).
 - ``triton_decode``: the same contract on CUDA, in Triton (imported only where Triton is).
