@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvlib import KVLibError
-from kvlib.checks import as_int
+from kvlib.checks import as_int, require_int
 from kvlib.paged.block_arguments import check_seq_id, checked_token_ids
 from kvlib.paged.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
 from kvlib.units import ceil_div
@@ -116,7 +116,7 @@ class BlockManager:
 
     def num_blocks_for(self, num_tokens: int) -> int:
         """Blocks of this manager's ``block_size`` needed to hold ``num_tokens`` tokens."""
-        return num_blocks_for(num_tokens, self.block_size)
+        return num_blocks_for(require_int(num_tokens, "num_tokens", 0), self.block_size)
 
     def block_table(self, seq_id: int) -> list[int]:
         """A copy of the sequence's block table."""

@@ -174,6 +174,7 @@ class BlockPool:
     def uncache(self, block: KVCacheBlock) -> None:
         """Take a block out of the prefix cache (if it is there): its slots are about to be written
         again (a truncated sequence's last block: :meth:`kvlib.paged.BlockManager.truncate`)."""
+        self._own(block)
         if block.block_hash is not None:
             del self.cached[block.block_hash]
             block.block_hash = None

@@ -134,3 +134,13 @@ def test_the_simulator_budget_error_names_max_len():
 
     with pytest.raises(KVLibError, match="max_len 2048"):
         make_memory("max", 1000, 2048, 16)
+
+
+def test_num_blocks_for_and_uncache_name_what_they_were_given():
+    from kvlib.paged.block_manager import BlockManager
+    from kvlib.paged.block_pool import BlockPool
+
+    with pytest.raises(KVLibError, match="num_tokens must be an integer >= 0"):
+        BlockManager(4, 4).num_blocks_for(None)  # was a TypeError
+    with pytest.raises(KVLibError, match="is not a block of this pool"):
+        BlockPool(4).uncache(1)  # was an AttributeError
