@@ -17,9 +17,9 @@ from kvlib.model.llama import TinyLlama
 from kvlib.paged.window_cache import generate_windowed
 
 WINDOW = 16  # tokens each sliding layer sees
-BLOCK_SIZE = 4
+SMALL_BLOCK_SIZE = 4
 PROMPT_LENGTHS = (40, 29, 35)
-NUM_NEW = 48  # tokens generated per prompt
+SMALL_NUM_NEW = 48  # tokens generated per prompt
 LOOSE_POOL = 200  # blocks: more than any run here needs
 
 
@@ -31,12 +31,14 @@ def freeing_runs(seed: int = 0) -> dict:
     prompts = [torch.randint(0, vocab, (n,), generator=generator).tolist() for n in PROMPT_LENGTHS]
     windows = [WINDOW, None, WINDOW, None]
     kept = generate_windowed(
-        model, prompts, NUM_NEW, windows, BLOCK_SIZE, LOOSE_POOL, free_out_of_window=False
+        model, prompts, SMALL_NUM_NEW, windows, SMALL_BLOCK_SIZE, LOOSE_POOL, free_out_of_window=False
     )
-    loose = generate_windowed(model, prompts, NUM_NEW, windows, BLOCK_SIZE, LOOSE_POOL)
-    tight = generate_windowed(model, prompts, NUM_NEW, windows, BLOCK_SIZE, loose.peak_blocks)
+    loose = generate_windowed(model, prompts, SMALL_NUM_NEW, windows, SMALL_BLOCK_SIZE, LOOSE_POOL)
+    tight = generate_windowed(model, prompts, SMALL_NUM_NEW, windows, SMALL_BLOCK_SIZE, loose.peak_blocks)
     half = [WINDOW // 2, None, WINDOW // 2, None]
-    control = generate_windowed(model, prompts, NUM_NEW, windows, BLOCK_SIZE, loose.peak_blocks, True, half)
+    control = generate_windowed(
+        model, prompts, SMALL_NUM_NEW, windows, SMALL_BLOCK_SIZE, loose.peak_blocks, True, half
+    )
     differing = sum(
         a != b for x, y in zip(control.tokens, kept.tokens, strict=True) for a, b in zip(x, y, strict=True)
     )
@@ -46,6 +48,6 @@ def freeing_runs(seed: int = 0) -> dict:
         "blocks_freed": tight.num_window_frees,
         "tokens_identical": tight.tokens == kept.tokens,
         "control_tokens_differing": differing,
-        "num_generated": len(PROMPT_LENGTHS) * NUM_NEW,
+        "num_generated": len(PROMPT_LENGTHS) * SMALL_NUM_NEW,
         "tokens": tight.tokens,
     }
