@@ -15,6 +15,7 @@ loop that drives the cache is in :mod:`kvlib.paged.decode_loop`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -78,8 +79,17 @@ class PagedKVCache:
             num_blocks, block_size, enable_prefix_caching, copy_block=self._copy_block
         )
         shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)  # (layers, blocks, block_size, kv_heads, hd)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        try:
+            self.k = torch.zeros(
+                shape, device=device, dtype=dtype
+            )  # (layers, blocks, block_size, kv_heads, hd)
+            self.v = torch.zeros(shape, device=device, dtype=dtype)
+        except (RuntimeError, MemoryError, TypeError) as exc:  # too large for the device, or no dtype
+            num_bytes = 2 * math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+            raise KVLibError(
+                f"cannot allocate the K/V pools of num_blocks {num_blocks:,} x block_size {block_size} "
+                f"({num_bytes:,} bytes) on {device or 'cpu'}: {str(exc).splitlines()[0][:80]}"
+            ) from None
         self.num_layers = config.num_layers
         self.num_copies = 0  # blocks copied by copy-on-write so far
         # K, V, scores: shared by all layers, which run in turn

@@ -144,3 +144,9 @@ def test_num_blocks_for_and_uncache_name_what_they_were_given():
         BlockManager(4, 4).num_blocks_for(None)  # was a TypeError
     with pytest.raises(KVLibError, match="is not a block of this pool"):
         BlockPool(4).uncache(1)  # was an AttributeError
+
+
+def test_pools_too_large_for_memory_are_a_named_error():
+    big = ModelConfig(vocab_size=32, d_model=4096, num_layers=64, num_heads=32, num_kv_heads=32, d_ff=64)
+    with pytest.raises(KVLibError, match="cannot allocate the K/V pools of num_blocks 4,000,000"):
+        PagedKVCache(big, 4_000_000, 16)  # petabytes: refused by the allocator, named here
