@@ -46,8 +46,9 @@ class ShapeLayout:
 
 
 def shape_layout(name: str, block_size: int) -> ShapeLayout:
-    """Split :func:`shape_spec`'s layers by kind into groups of the same number of layers (the greatest
-    common divisor of the kinds' counts), as vLLM's hybrid allocator does so that all share one page size.
+    """Split :func:`shape_spec`'s layers by kind into groups of the same number of layers (here the greatest
+    common divisor of the kinds' counts; vLLM's hybrid allocator also gives its groups equal sizes, so that
+    all share one page size, though its rule for choosing the size may differ).
     A Mamba group's state (``mamba_state_bytes`` of its layers) takes the blocks it fills."""
     spec = shape_spec(name)
     counts = spec.layer_groups.counts()
