@@ -7,7 +7,7 @@ from kvlib.chapters.ch09_mla_absorbed.decode_model import (
     decode_forms,
     deepseek_v3_shape,
     dsv3_bytes_per_token,
-    ridge_point,
+    gpu_ridge,
 )
 from kvlib.chapters.ch09_mla_absorbed.measured import step_timings, token_runs
 
@@ -26,7 +26,7 @@ def bench() -> dict:
         "mla_expanded_bytes_per_token": expanded.bytes_read * shape.num_layers,
         "mla_absorbed_flops_per_byte": absorbed.intensity,
         "mla_expanded_flops_per_byte": expanded.intensity,
-        "mla_a100_ridge_flops_per_byte": ridge_point(),
+        "mla_a100_ridge_flops_per_byte": gpu_ridge(),
         "mla_absorbed_decode_speedup": timing["speedup"],
         "mla_absorbed_step_us_cpu": 1e6 * timing["absorbed_s"],
         "mla_expanded_step_us_cpu": 1e6 * timing["expanded_s"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvlib.chapters.ch02_cache_size.decode_roofline import ridge_point
 from kvlib.checks import require_int
 from kvlib.gpus import A100_40GB, GPU
 from kvlib.model.mla import MLAConfig
@@ -108,9 +109,10 @@ def decode_forms(shape: MLAShape) -> tuple[DecodeForm, DecodeForm]:
     )
 
 
-def ridge_point(gpu: GPU = A100_40GB) -> float:
-    """FLOPs per byte where the GPU's compute roof meets its memory roof (data sheet: peak / bandwidth)."""
-    return gpu.fp16_flops / gpu.bandwidth
+def gpu_ridge(gpu: GPU = A100_40GB) -> float:
+    """FLOPs per byte where the GPU's compute roof meets its memory roof (chapter 2's ridge_point of
+    its data sheet: fp16 peak over bandwidth)."""
+    return ridge_point(gpu.fp16_flops / 1e9, gpu.bandwidth / 1e9)
 
 
 def roofline_row(form: DecodeForm, num_layers: int, gpu: GPU = A100_40GB) -> dict:
@@ -118,7 +120,7 @@ def roofline_row(form: DecodeForm, num_layers: int, gpu: GPU = A100_40GB) -> dic
     (all layers): the memory time from roofline_step, the compute time from the peak."""
     memory_s = roofline_step(1, form.bytes_read * num_layers, gpu=gpu).per_context_s
     compute_s = form.flops * num_layers / gpu.fp16_flops
-    ridge = ridge_point(gpu)
+    ridge = gpu_ridge(gpu)
     return {
         "shape": form.shape,
         "form": form.form,

@@ -9,7 +9,7 @@ mistakes by the answers they produce.
 
 from __future__ import annotations
 
-from kvlib.chapters.ch09_mla_absorbed.decode_model import decode_forms, deepseek_v3_shape, ridge_point
+from kvlib.chapters.ch09_mla_absorbed.decode_model import decode_forms, deepseek_v3_shape, gpu_ridge
 from kvlib.exercises.feedback import as_number, numeric_answer
 from kvlib.sizing.catalog import catalog_entry
 from kvlib.sizing.parallel import per_gpu_bytes
@@ -70,7 +70,7 @@ def check_9_2(answer):
         return hint
     if not isinstance(above, bool):
         return "say above_ridge with True or False"
-    if above != (expected > ridge_point()):
+    if above != (expected > gpu_ridge()):
         return "compare with the ridge: peak FLOP/s over bandwidth in bytes/s, about 200 FLOPs per byte"
     return None
 

@@ -4,8 +4,8 @@ from kvlib.chapters.ch09_mla_absorbed.bench import bench
 from kvlib.chapters.ch09_mla_absorbed.decode_model import (
     decode_forms,
     deepseek_v3_shape,
+    gpu_ridge,
     parallel_table,
-    ridge_point,
     roofline_table,
 )
 from kvlib.chapters.ch09_mla_absorbed.measured import step_timings
@@ -16,7 +16,7 @@ def test_deepseek_v3_forms_by_hand():
     absorbed, expanded = decode_forms(deepseek_v3_shape())
     assert (absorbed.values_read, absorbed.bytes_read) == (576, 1152)
     assert absorbed.flops == 128 * 2 * (576 + 512) and expanded.values_read == 128 * (128 + 64 + 128)
-    assert expanded.intensity == 1.0 and absorbed.intensity > ridge_point() > expanded.intensity
+    assert expanded.intensity == 1.0 and absorbed.intensity > gpu_ridge() > expanded.intensity
     rows = roofline_table([deepseek_v3_shape()])
     assert [r["bound"] for r in rows] == ["compute", "memory"]
     assert rows[0]["bytes read / token"] == 1152 * 61
