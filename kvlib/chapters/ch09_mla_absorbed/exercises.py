@@ -9,6 +9,8 @@ mistakes by the answers they produce.
 
 from __future__ import annotations
 
+import math
+
 from kvlib.chapters.ch09_mla_absorbed.decode_model import decode_forms, deepseek_v3_shape, gpu_ridge
 from kvlib.exercises.feedback import as_number, numeric_answer
 from kvlib.sizing.catalog import catalog_entry
@@ -106,9 +108,44 @@ def check_9_3(answer):
     )
 
 
+# ---- 9.4 heads the absorbed form needs to reach the ridge
+
+
+def solve_9_4() -> int:
+    """Intensity heads x 2 x (576 + 512) / (576 x 2) = heads x 1088 / 576 must reach the ridge
+    312e12 / 1.555e12: the smallest whole number of heads that does."""
+    ridge = 312e12 / 1.555e12
+    return math.ceil(ridge * 576 / 1088)
+
+
+def check_9_4(answer):
+    """Exercise 9.4: the fewest heads that make DeepSeek-V3's latent, absorbed, compute-bound on an A100."""
+    number = as_number(answer)
+    if number is not None and (abs(number) > 1e300 or math.isnan(number)):
+        return numeric_answer(number, 1, {})  # the general hint for an unusable number
+    if number is None or number != int(number):
+        return "answer with a whole number of heads"
+    shape = deepseek_v3_shape()
+    per_head = decode_forms(shape)[0].intensity / shape.num_heads  # FLOPs per byte one head adds
+    expected = math.ceil(gpu_ridge() / per_head)
+    scores_only = math.ceil(gpu_ridge())  # 2 x 576 FLOPs per head over 1,152 bytes: 1 per head
+    return numeric_answer(
+        number,
+        expected,
+        {
+            expected - 1: "that many heads fall just short of the ridge: round up",
+            scores_only: "you counted the scores only; the weighted sum of the latents costs too",
+            math.ceil(2 * gpu_ridge() / per_head): "a multiply-add is 2 FLOPs",
+        },
+        rel=0,
+        what="heads x FLOPs per head over the latent's bytes, against the ridge",
+    )
+
+
 WRONG_ANSWERS = {
     "9.1": [1152, 62_464, 140_544, 4_997_120, 562_176, "70272"],
     "9.2": [(128.0, True), (241.78 / 128, False), (120.89, False), (1.0, False), (241.78, False), 241.78],
+    "9.4": [106, 201, 213, 106.2, "107"],
     "9.3": [(2_302_697_472, 2_302_697_472), (18_421_579_776, 18_421_579_776), (301_989_888, 37_748_736), 1],
 }
 
@@ -125,10 +162,15 @@ FIRST_HINTS = {
         "tensor parallelism splits an attention layer by heads; ask whether the latent can be split that "
         "way, and what data-parallel attention splits instead"
     ),
+    "9.4": (
+        "the absorbed form's intensity is the number of heads times what one head adds per byte: find "
+        "that, then the heads at which the product reaches the ridge"
+    ),
 }
 
 EXERCISES = {
     "9.1": (check_9_1, solve_9_1),
     "9.2": (check_9_2, solve_9_2),
     "9.3": (check_9_3, solve_9_3),
+    "9.4": (check_9_4, solve_9_4),
 }

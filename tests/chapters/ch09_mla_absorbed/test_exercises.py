@@ -13,6 +13,8 @@ def test_the_answers_worked_out_by_hand_pass():
     assert check("9.2", (241.78, True)).ok
     # 9.3: 4,096 x 70,272 = 287,834,112 bytes a sequence; TP: all 64 on every GPU, DP: 8 each
     assert check("9.3", (64 * 287_834_112, 8 * 287_834_112)).ok
+    # 9.4: one head adds 2 x (576 + 512) / 1,152 = 1.89 FLOPs per byte; 200.6 / 1.89 = 106.2, so 107 heads
+    assert check("9.4", 107).ok and check("9.4", np.int64(107)).ok
     assert check("9.3", [np.int64(18_421_579_776), np.float64(2_302_697_472)]).ok
 
 
@@ -24,6 +26,8 @@ def test_the_answers_worked_out_by_hand_pass():
         ("9.1", 140_544, "not a K and a V"),
         ("9.2", (128.0, True), "scores only"),
         ("9.2", (241.78, False), "ridge"),
+        ("9.4", 106, "round up"),
+        ("9.4", 201, "scores only"),
         ("9.3", (2_302_697_472, 2_302_697_472), "shared by all heads"),
         ("9.3", (18_421_579_776, 18_421_579_776), "splits the batch"),
     ],
