@@ -37,7 +37,6 @@ COMPUTE = (
     "07_quality",
     "08_serving_engines",
     "10_window_allocator",
-    "11_prefix_tree_routing",
     "12_offload_tier",
 )  # the rest is the timing lane
 

@@ -1,1 +1,0 @@
-"""Tests of chapter 11's code (kvlib/chapters/ch11_prefix_tree_routing/)."""
