@@ -19,7 +19,7 @@ ASSETS := node_modules/.kvbook-installed
 NOTEBOOKS = $$($(PY) -m tests.toc)
 BUILD_FLAGS = -W -n --keep-going
 
-.PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust weights \
+.PHONY: book test lint unit unit-fast nbval build-check browser assets lab bench execute clean robust fuzz weights \
 	book-ja translations triton-interpreted
 
 $(STAMP): requirements.txt pyproject.toml
@@ -65,6 +65,11 @@ unit: $(STAMP) $(ASSETS)
 # calibration): under a minute, for the edit-test loop.
 unit-fast: $(STAMP) $(ASSETS)
 	$(PY) -m pytest tests -q --ignore=tests/browser -m "not slow" -n $(UNIT_WORKERS)
+
+# The property tests of tests/fuzz/ with thousands of hostile inputs per test (about a minute on
+# 2 cores); make unit runs the same tests with a few cases each.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest tests/fuzz -q -n $(UNIT_WORKERS)
 
 # Strict nbval over every notebook of _toc.yml, in two lanes at once (tests/nbval_lanes.py says
 # which notebooks share the machine with which, and why the claims hold so).

@@ -51,7 +51,7 @@ def test_size_reads_a_config_file(tmp_path):
         (("Llama-3-8B", "--context", "10", "--kv-dtype", "fp4"), "invalid choice: 'fp4'"),
         (("Llama-3-8B",), "--context"),
         (("no/such/config.json", "--context", "10"), "no config file"),
-        (("config.JSON", "--context", "10"), "no config file at config.JSON (no such file)"),
+        (("config.JSON", "--context", "10"), "no config file at config.JSON (no such file or directory)"),
         (("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "3"), "must be divisible by tensor"),
         (("Llama-3-70B", "--context", "10", "--pipeline-parallel-size", "81"), "exceeds the 80 layers"),
         (("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "0"), "tensor_parallel_size must be"),

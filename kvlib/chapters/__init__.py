@@ -23,5 +23,12 @@ chapter.
 - ``ch08_serving_engines``: chunked prefill, swapping against recomputation, speculative
   decoding's bench, prefix caching predicted and simulated, the cache over many GPUs, the vLLM
   flag map.
+- ``ch09_mla_absorbed``: MLA decoded absorbed and expanded, priced per cached token on the roofline,
+  timed on this machine; TP against data-parallel attention.
+- ``ch10_window_allocator``: blocks freed out of sliding windows (tokens identical), capacity with
+  and without freeing on Gemma-2, Gemma-3-like and Jamba shapes.
+- ``ch12_offload_tier``: a returning conversation with and without the offload tier, priced over
+  PCIe and NVLink-C2C; swap priced per block and per layer.
+- ``tables``: :func:`~kvlib.chapters.tables.show_whole_tables`, each chapter's first call.
 - ``exercises``: every chapter's exercises, and :func:`~kvlib.chapters.exercises.check`.
 """

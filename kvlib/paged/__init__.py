@@ -13,11 +13,12 @@
 - ``step_inputs``: :class:`StepInputs`, a pass's token ids, positions, slots, block tables
   and lengths (and its logits) in buffers kept from step to step, so that a decode step
   allocates no tensor.
-- ``generation``: the paged decode loop (:func:`prefill`, :func:`decode_step`,
+- ``decode_loop``: the paged decode loop (:func:`prefill`, :func:`decode_step`,
   :func:`greedy_step`), and generation of one batch of prompts or of branches sharing a prompt.
-- ``kernel_overhead``: chapter 3's measurements: equality with the contiguous cache and the
-  paged kernel's cost.
-- ``memory_waste``: memory lost by reserving the maximum length, against paging.
+- ``hybrid_manager``: block tables per layer group over one pool: sliding windows give back the
+  blocks no later query sees, Mamba-like groups hold a fixed state (chapter 10).
+- ``window_cache``: a paged cache with sliding-window layers for the small model, groups of equal
+  size sharing storage (chapter 10).
 - ``offload_tier``: a CPU tier and a disk tier under the prefix cache, keyed by block hash: blocks
   saved on eviction and loaded back on a prefix hit that missed the pool (chapter 12).
 """

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from kvlib import KVLibError
-from kvlib.sizing.config_reader import spec_from_config
+from kvlib.sizing.config_reader import path_kind, spec_from_config
 from kvlib.sizing.dtypes import KV_DTYPES, KVDtype
 from kvlib.sizing.spec import ModelSpec, bytes_per_token, cache_size
 
@@ -96,6 +96,11 @@ def catalog_entry(name: str) -> CatalogEntry:
     by_name = {entry.name.lower(): entry for entry in _catalog()}
     if name.lower() in by_name:
         return by_name[name.lower()]
+    if len(name) > 200:  # no catalog name comes near; difflib and the message stay short
+        raise KVLibError(
+            f"unknown model {name[:40]!r}... ({len(name)} characters); "
+            f"choose from {', '.join(catalog_names())}"
+        )
     close = difflib.get_close_matches(name.lower(), list(by_name), n=3, cutoff=0.4)
     hint = (
         f"; did you mean {', '.join(by_name[c].name for c in close)}?"
@@ -125,9 +130,16 @@ def resolve_model(
     if not isinstance(model, (str, Path)):
         raise KVLibError(f"a model must be a catalog name or a path, not {type(model).__name__}")
     text = str(model)
+    if not text.strip():
+        raise KVLibError("a model name must not be empty: give a catalog name or a config.json path")
     path = Path(text)
     lengths = {"encoder_tokens": encoder_tokens, "image_tokens": image_tokens}
-    if text.lower().endswith(".json") or "/" in text or "\\" in text or path.exists():
+    if (
+        text.lower().endswith(".json")
+        or "/" in text
+        or "\\" in text
+        or path_kind(path) in ("file", "directory")
+    ):
         return spec_from_config(path, name=path.name, **lengths)
     entry = catalog_entry(text)
     if encoder_tokens is None and image_tokens is None:

@@ -25,6 +25,8 @@ describes chapter 1's own :class:`kvlib.model.ModelConfig`.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 from kvlib import KVLibError
@@ -72,6 +74,24 @@ MODEL_TYPE_DEFAULTS = {
 MAX_CONFIG_BYTES = 64 * 2**20  # no published config.json comes near; a bigger file is not one
 
 
+def path_kind(path: Path) -> str:
+    """ "file", "directory", or why the path cannot be read ("no such file", "file name too long",
+    "too many levels of symbolic links", ...): os.stat's answer without its exception."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        return (error.strerror or type(error).__name__).lower()
+    except ValueError:  # an embedded NUL byte
+        return "not a valid path"
+    return "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _shown(path: Path) -> str:
+    """A path for a message: at most 120 characters."""
+    text = str(path)
+    return text if len(text) <= 120 else text[:60] + "..." + text[-57:]
+
+
 def load_config(config: dict | str | Path) -> dict:
     """A config as a dict: the dict itself, or the JSON file at a path (a folder: its config.json)."""
     if isinstance(config, dict):
@@ -79,18 +99,21 @@ def load_config(config: dict | str | Path) -> dict:
     if not isinstance(config, (str, Path)):
         raise KVLibError(f"a config must be a dict or a path to a config.json, not {type(config).__name__}")
     path = Path(config)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise KVLibError(f"{path} is a directory with no config.json in it")
+    if not str(config).strip():
+        raise KVLibError("a config path must not be empty")
+    if path_kind(path) == "directory":
         path = path / "config.json"
-    if not path.is_file():
-        raise KVLibError(f"no config file at {path}" + (" (no such file)" if not path.exists() else ""))
+        if path_kind(path) != "file":
+            raise KVLibError(f"{path.parent} is a directory with no config.json in it")
+    kind = path_kind(path)
+    if kind != "file":
+        raise KVLibError(f"no config file at {_shown(path)} ({kind})")
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise KVLibError(f"{path.name} is larger than {MAX_CONFIG_BYTES // 2**20} MiB: not a config.json")
         text = path.read_bytes().decode("utf-8")
     except OSError as error:
-        raise KVLibError(f"cannot read {path}: {error.strerror or error}") from None
+        raise KVLibError(f"cannot read {_shown(path)}: {error.strerror or error}") from None
     except UnicodeDecodeError:
         raise KVLibError(f"{path.name} is not UTF-8 text") from None
     try:
