@@ -21,4 +21,6 @@
   size sharing storage (chapter 10).
 - ``offload_tier``: a CPU tier and a disk tier under the prefix cache, keyed by block hash: blocks
   saved on eviction and loaded back on a prefix hit that missed the pool (chapter 12).
+- ``radix_tree``: SGLang's radix tree of cached token sequences (match, insert, locks, LRU eviction
+  of unlocked leaves); ``radix_cache``: a block manager whose prefix cache is that tree (chapter 11).
 """
