@@ -236,7 +236,7 @@ def decode_kernel(q, k, v, tables, seq_lens, fmt, num_splits, out, part_m, part_
     batch, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k.shape[1], k.shape[2]
     staged = fmt != FLOAT32  # 16-bit storage is converted block by block, into scratch
-    heads_in_lanes = (num_heads // num_kv_heads) % LANES == 0  # kvlib.kernels.numba_lanes.lanes_fit
+    heads_in_lanes = (num_heads // num_kv_heads) % LANES == 0  # each group fills whole vectors
     for item in prange(batch * num_splits):
         seq, split = item // num_splits, item % num_splits
         num_blocks = (seq_lens[seq] + block_size - 1) // block_size

@@ -50,11 +50,6 @@ from kvlib.kernels.numba_simd import (
 PREFETCH_TOKENS = 16  # rows are prefetched this many tokens ahead of the rows being read
 
 
-def lanes_fit(num_heads: int, num_kv_heads: int) -> bool:
-    """Does this layout apply: does each KV head's group of query heads fill whole vectors?"""
-    return (num_heads // num_kv_heads) % LANES == 0
-
-
 @njit(inline="always")
 def prefetch_ahead(cache, block, upcoming, t, h, d):
     """Prefetch the line at element ``d`` of KV head ``h``'s rows ``PREFETCH_TOKENS`` (at most a
@@ -216,7 +211,7 @@ def block_lanes(q_lanes, k, v, block, num, fmt, upcoming, scores, m_lanes, l_lan
 def attend_lanes(q, k, v, table, first_block, end_block, seq_len, fmt, m, denom, acc, scratch):
     """:func:`kvlib.kernels.numba_decode.attend_blocks`'s contract, query heads in the lanes.
 
-    q: (num_heads, head_dim) float32, num_heads / num_kv_heads a multiple of 8 (:func:`lanes_fit`);
+    q: (num_heads, head_dim) float32, num_heads / num_kv_heads a multiple of 8 (``LANES``);
     k, v: (num_blocks, block_size, num_kv_heads, head_dim) float32 or uint16 (``fmt``); table:
     the sequence's block table. Sets m, denom (num_heads,) and acc (num_heads, head_dim): the
     running max, the sum of exp(score - max) and the unnormalised weighted sum of V over

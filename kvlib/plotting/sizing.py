@@ -13,7 +13,7 @@ import math
 import torch
 from matplotlib.patches import Patch
 
-from kvlib.chapters.ch02_cache_size.decode_speed import DecodeMeasurement
+from kvlib.chapters.ch02_cache_size.decode_roofline import DecodeMeasurement
 from kvlib.plotting.common import axes
 from kvlib.sizing.catalog import catalog_entry, catalog_table
 from kvlib.sizing.dtypes import KVDtype, kv_dtype

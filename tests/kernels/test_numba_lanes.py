@@ -10,24 +10,8 @@ pytest.importorskip("numba")
 
 from kvlib.kernels.dispatch import decode_attention  # noqa: E402
 from kvlib.kernels.numba_decode import FORMATS, as_numpy, attend_blocks  # noqa: E402
-from kvlib.kernels.numba_lanes import attend_lanes, lanes_fit  # noqa: E402
+from kvlib.kernels.numba_lanes import attend_lanes  # noqa: E402
 from tests.kernels.cases import RTOL, decode_case, reference, relative_error  # noqa: E402
-
-
-@pytest.mark.parametrize(
-    ("num_heads", "num_kv_heads", "fits"),
-    [
-        (32, 4, True),
-        (32, 1, True),
-        (24, 3, True),
-        (16, 1, True),
-        (32, 8, False),
-        (32, 32, False),
-        (12, 1, False),
-    ],
-)
-def test_the_layout_applies_when_a_group_fills_whole_vectors(num_heads, num_kv_heads, fits):
-    assert lanes_fit(num_heads, num_kv_heads) is fits
 
 
 def _both_ways(q, k_cache, v_cache, table, first, end, seq_len):

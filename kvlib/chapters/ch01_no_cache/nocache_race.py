@@ -309,19 +309,6 @@ def estimated_total_s(step_s: np.ndarray, pass_lengths, pass_s: np.ndarray, n: i
     return float(np.sum(step_s) + beyond.sum())
 
 
-def speedup_table(result: Race, lengths, slow: str = "none", fast: str = "cache") -> list[dict]:
-    """Rows of (tokens, seconds without and with the cache, speedup) for a DataFrame."""
-    return [
-        {
-            "tokens": n,
-            f"{slow} (s)": result.total_s(slow, n),
-            f"{fast} (s)": result.total_s(fast, n),
-            "speedup": result.speedup(n, slow, fast),
-        }
-        for n in lengths
-    ]
-
-
 def bench(lengths=(400, 800)) -> dict:
     """``python -m kvlib bench`` fields of chapter 1.
 

@@ -16,7 +16,7 @@ load that lasts a round slows both alike and cancels. :func:`ridge_point` and
 :func:`crossing_group` say at which arithmetic intensity, and so at which group size, decode
 attention stops being memory-bound on this device; :func:`split_k_speedup` what Flash-Decoding's
 split-K buys MQA at batch 1. :func:`counted_flops` counts a step's FLOPs independently of
-:attr:`KernelMeasurement.flops`, with PyTorch's ``FlopCounterMode`` on chapter 1's grouped attention.
+:attr:`DecodeMeasurement.flops`, with PyTorch's ``FlopCounterMode`` on chapter 1's grouped attention.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from kvlib import KVLibError
 from kvlib.kernels.dispatch import choose_num_splits, decode_attention, num_workers, work_items
 from kvlib.measure.hardware import dram_bytes
 from kvlib.measure.timing import Timing, round_median, time_interleaved, torch_threads
+from kvlib.sizing.spec import kv_cache_bytes
 from kvlib.units import MiB
 
 IDENTITY_BLOCK_SIZE = 16  # tokens per block of the identity block table (vLLM's default block size)
@@ -102,27 +103,32 @@ def kernel_inputs(setup, num_kv_heads: int, context: int, seed: int = 0) -> Kern
 
 
 @dataclass(frozen=True)
-class KernelMeasurement:
-    """One decode step's attention (one layer) on the kernel, with both probes timed in the same rounds."""
+class DecodeMeasurement:
+    """One decode step's attention (one layer) timed, and what it implies.
 
-    kernel: str  # which kvlib.kernels kernel ran
+    PyTorch's attention (:mod:`~kvlib.chapters.ch02_cache_size.decode_speed`) is timed alone; the
+    kernel (:func:`time_kernel`) with both probes in the same rounds, which gives the fractions of
+    the roofline (``probe`` and ``matmul`` are None otherwise).
+    """
+
+    impl: str  # what ran: an attention of decode_speed.IMPLEMENTATIONS, or a kvlib.kernels kernel
     num_kv_heads: int
     context: int
     batch: int
     num_heads: int
     head_dim: int
     dtype_bytes: int
-    num_splits: int  # splits of the context per work item (kvlib.kernels.work_items) the kernel used
-    timing: Timing  # the kernel, seconds per call
-    probe: Timing  # the DRAM probe in the same rounds
-    probe_bytes: int
-    matmul: Timing  # the matmul probe in the same rounds
-    matmul_flops: int
+    timing: Timing  # the attention, seconds per call
+    num_splits: int | None = None  # splits of the context per work item (kvlib.kernels.work_items)
+    probe: Timing | None = None  # the DRAM probe in the same rounds
+    probe_bytes: int = 0
+    matmul: Timing | None = None  # the matmul probe in the same rounds
+    matmul_flops: int = 0
 
     @property
     def kv_bytes(self) -> int:
-        """Bytes of K and V one step reads: 2 x batch x kv_heads x context x head_dim x dtype bytes."""
-        return 2 * self.batch * self.num_kv_heads * self.context * self.head_dim * self.dtype_bytes
+        """Bytes of K and V one step reads: one layer's cache (:func:`~kvlib.sizing.spec.kv_cache_bytes`)."""
+        return kv_cache_bytes(1, self.num_kv_heads, self.head_dim, self.context, self.batch, self.dtype_bytes)
 
     @property
     def flops(self) -> int:
@@ -140,6 +146,11 @@ class KernelMeasurement:
         return self.kv_bytes / self.timing.median_s / 1e9
 
     @property
+    def best_gbps(self) -> float:
+        """Bandwidth of the fastest sample: what the step achieved when least disturbed."""
+        return self.kv_bytes / self.timing.min_s / 1e9
+
+    @property
     def gflops(self) -> float:
         """Achieved arithmetic rate over the median time."""
         return self.flops / self.timing.median_s / 1e9
@@ -147,18 +158,18 @@ class KernelMeasurement:
     @property
     def probe_gbps(self) -> float:
         """The DRAM probe's median rate in these rounds: the memory roof."""
-        return self.probe_bytes / self.probe.median_s / 1e9
+        return self.probe_bytes / self._probed(self.probe).median_s / 1e9
 
     @property
     def peak_gflops(self) -> float:
         """The matmul probe's median rate in these rounds: the compute roof."""
-        return self.matmul_flops / self.matmul.median_s / 1e9
+        return self.matmul_flops / self._probed(self.matmul).median_s / 1e9
 
     @property
     def bw_fraction(self) -> float:
         """Achieved GB/s over the probe's, the median over the rounds of the ratio within a round."""
         return round_median(
-            lambda t, p: (self.kv_bytes / t) / (self.probe_bytes / p), self.timing, self.probe
+            lambda t, p: (self.kv_bytes / t) / (self.probe_bytes / p), self.timing, self._probed(self.probe)
         )
 
     @property
@@ -169,27 +180,37 @@ class KernelMeasurement:
             bound = max(self.kv_bytes * p / self.probe_bytes, self.flops * m / self.matmul_flops)
             return bound / t
 
-        return round_median(fraction, self.timing, self.probe, self.matmul)
+        return round_median(fraction, self.timing, self._probed(self.probe), self._probed(self.matmul))
+
+    def _probed(self, timing: Timing | None) -> Timing:
+        if timing is None:
+            raise KVLibError(f"{self.impl} was timed without the probes: no roofline fraction to give")
+        return timing
 
     def row(self) -> dict:
-        """This measurement as a table row (a DataFrame's)."""
-        return {
+        """This measurement as a table row (a DataFrame's); the roofline columns where probes were timed."""
+        row = {
+            "impl": self.impl,
             "kv heads": self.num_kv_heads,
             "context": self.context,
             "K+V MiB": self.kv_bytes / MiB,
-            "splits": self.num_splits,
+        }
+        if self.num_splits is not None:
+            row["splits"] = self.num_splits
+        row |= {
             "time ms": self.timing.median_s * 1e3,
             "GB/s": self.gbps,
             "GFLOP/s": self.gflops,
             "FLOP/byte": self.intensity,
-            "of DRAM probe": self.bw_fraction,
-            "of roofline": self.roofline_fraction,
         }
+        if self.probe is not None and self.matmul is not None:
+            row |= {"of DRAM probe": self.bw_fraction, "of roofline": self.roofline_fraction}
+        return row
 
 
 def time_kernel(
     setup, inputs: KernelInputs, probes: RoofProbes, num_splits: int | None = None, rounds: int = 5
-) -> KernelMeasurement:
+) -> DecodeMeasurement:
     """Time ``setup.kernel`` on ``inputs`` in ``rounds`` interleaved rounds with both probes (wall clock,
     the setup's threads for the probes; the kernel's own threads are all of them)."""
     batch, num_kv_heads = inputs.seq_lens.shape[0], inputs.k_cache.shape[2]
@@ -212,7 +233,7 @@ def time_kernel(
     fns = {"kernel": step, "probe": probes.buffer.sum, "matmul": lambda: probes.matrix @ probes.matrix}
     with torch.inference_mode(), torch_threads(setup.threads):
         timings = time_interleaved(fns, rounds=rounds, device=setup.device, clock="wall")
-    return KernelMeasurement(
+    return DecodeMeasurement(
         setup.kernel,
         num_kv_heads,
         context,
@@ -220,8 +241,8 @@ def time_kernel(
         setup.num_heads,
         setup.head_dim,
         inputs.k_cache.element_size(),
-        num_splits,
         timings["kernel"],
+        num_splits,
         timings["probe"],
         probes.buffer_bytes,
         timings["matmul"],
@@ -229,7 +250,7 @@ def time_kernel(
     )
 
 
-def kernel_sweep(setup, probes: RoofProbes | None = None, rounds: int = 5) -> list[KernelMeasurement]:
+def kernel_sweep(setup, probes: RoofProbes | None = None, rounds: int = 5) -> list[DecodeMeasurement]:
     """Every (context, KV heads) pair of the setup, one cache allocated at a time."""
     probes = roof_probes(setup) if probes is None else probes
     return [
@@ -243,7 +264,7 @@ def counted_flops(setup, num_kv_heads: int, context: int) -> int:
     """FLOPs of one decode step's attention as PyTorch's ``FlopCounterMode`` counts them in
     :func:`~kvlib.model.attention.grouped_attention` (the same products, q.K^T and weights.V) at the
     setup's shapes, on the meta device (no memory, no arithmetic): a count independent of
-    :attr:`KernelMeasurement.flops`' formula."""
+    :attr:`DecodeMeasurement.flops`' formula."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from kvlib.model.attention import grouped_attention

@@ -12,9 +12,7 @@ GB/s (bytes read / time) and GFLOP/s, to set beside the bandwidth probe of
 
 Sizes come from the hardware (:func:`decode_setup`): at the longest context K and V each
 exceed four times the last-level cache (else they are read from cache, faster than
-memory), and on a GPU reading them also takes far longer than launching the kernels.
-:func:`bound_breakdown` shows what bounds PyTorch's products on this machine when
-they do not reach the memory's rate. On the CPU the
+memory), and on a GPU reading them also takes far longer than launching the kernels. On the CPU the
 experiment runs on one thread, bandwidth probe included: on a shared machine a
 multi-threaded kernel waits at each barrier for a descheduled thread, which makes a small
 step as slow as a large one; one thread gives every configuration the same conditions.
@@ -28,13 +26,19 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvlib import KVLibError
-from kvlib.chapters.ch02_cache_size.decode_roofline import kernel_sweep, roof_probes, split_k_speedup
+from kvlib.chapters.ch02_cache_size.decode_roofline import (
+    DecodeMeasurement,
+    kernel_sweep,
+    roof_probes,
+    split_k_speedup,
+)
 from kvlib.kernels.dispatch import default_kernel
 from kvlib.measure.hardware import all_threads, available_memory_bytes, dram_bytes
-from kvlib.measure.probes import Bandwidth, launch_overhead_s, matmul_gflops, memory_bandwidth
-from kvlib.measure.timing import Timing, clock_for, pick_device, time_interleaved, time_it, torch_threads
+from kvlib.measure.probes import launch_overhead_s, memory_bandwidth
+from kvlib.measure.timing import clock_for, pick_device, time_interleaved, time_it, torch_threads
 from kvlib.model.attention import grouped_attention, repeat_kv_attention, sdpa_attention
-from kvlib.units import MiB, ceil_div
+from kvlib.sizing.spec import kv_cache_bytes
+from kvlib.units import ceil_div
 
 IMPLEMENTATIONS = {"grouped": grouped_attention, "repeat": repeat_kv_attention, "sdpa": sdpa_attention}
 
@@ -107,7 +111,7 @@ def decode_setup(device: torch.device | str | None = None, threads: int | None =
     device = pick_device() if device is None else torch.device(device)
     if device.type == "cuda":
         setup = DecodeSetup(device, torch.float16, batch=8, contexts=(1,))
-        per_token = 2 * setup.batch * setup.num_heads * setup.head_dim * 2
+        per_token = kv_cache_bytes(1, setup.num_heads, setup.head_dim, 1, setup.batch, dtype_bytes=2)  # MHA
         read_bytes = (
             GPU_LAUNCHES_PER_STEP
             * launch_overhead_s(device)
@@ -117,7 +121,7 @@ def decode_setup(device: torch.device | str | None = None, threads: int | None =
         min_bytes = min(max(dram_bytes(device), int(read_bytes)), available_memory_bytes(device) // 4)
     else:
         setup = DecodeSetup(device, torch.float32, batch=1, contexts=(1,), threads=threads)
-        per_token = 2 * setup.batch * setup.num_heads * setup.head_dim * 4
+        per_token = kv_cache_bytes(1, setup.num_heads, setup.head_dim, 1, setup.batch, dtype_bytes=4)  # MHA
         min_bytes = 2 * dram_bytes(device)  # K and V are read by separate products: each from DRAM
     longest = longest_context(per_token, min_bytes, DECODE_MIN_LONGEST[device.type])
     return replace(setup, contexts=(longest // 16, longest // 4, longest))
@@ -130,68 +134,6 @@ def kernel_setup(device: torch.device | str | None = None, kernel: str | None = 
     kernel = default_kernel(setup.device) if kernel is None else kernel
     threads = all_threads() if setup.device.type == "cpu" else None
     return replace(setup, threads=threads, kernel=kernel)
-
-
-def probe_bandwidth(setup: DecodeSetup) -> Bandwidth:
-    """The DRAM bandwidth probe of chapter 0 at the setup's thread count: the memory roof."""
-    return memory_bandwidth(device=setup.device, threads=setup.threads, clock=setup.clock)
-
-
-@dataclass(frozen=True)
-class DecodeMeasurement:
-    """Time of one decode step's attention (one layer) and what it implies."""
-
-    impl: str
-    num_kv_heads: int
-    context: int
-    batch: int
-    num_heads: int
-    head_dim: int
-    dtype_bytes: int
-    timing: Timing
-
-    @property
-    def kv_bytes(self) -> int:
-        """Bytes of K and V the step must read: 2 x batch x kv_heads x context x head_dim x dtype bytes."""
-        return 2 * self.batch * self.num_kv_heads * self.context * self.head_dim * self.dtype_bytes
-
-    @property
-    def flops(self) -> int:
-        """q.K^T and weights.V: 2 x 2 x batch x heads x context x head_dim (multiply-adds counted as 2)."""
-        return 4 * self.batch * self.num_heads * self.context * self.head_dim
-
-    @property
-    def intensity(self) -> float:
-        """FLOPs per byte of K/V read: 2 x group / dtype bytes."""
-        return self.flops / self.kv_bytes
-
-    @property
-    def gbps(self) -> float:
-        """Achieved bandwidth: K/V bytes over the median time (GB/s = 1e9 B/s)."""
-        return self.kv_bytes / self.timing.median_s / 1e9
-
-    @property
-    def best_gbps(self) -> float:
-        """Bandwidth of the fastest sample: what the step achieved when least disturbed."""
-        return self.kv_bytes / self.timing.min_s / 1e9
-
-    @property
-    def gflops(self) -> float:
-        """Achieved arithmetic rate over the median time."""
-        return self.flops / self.timing.median_s / 1e9
-
-    def row(self) -> dict:
-        """This measurement as a table row (a DataFrame's)."""
-        return {
-            "impl": self.impl,
-            "kv heads": self.num_kv_heads,
-            "context": self.context,
-            "K+V MiB": self.kv_bytes / MiB,
-            "time ms": self.timing.median_s * 1e3,
-            "GB/s": self.gbps,
-            "GFLOP/s": self.gflops,
-            "FLOP/byte": self.intensity,
-        }
 
 
 def decode_inputs(setup: DecodeSetup, num_kv_heads: int, context: int, seed: int = 0):
@@ -282,64 +224,6 @@ def compare_implementations(
         )
     shape = k.shape[1], k.shape[2], setup.batch, setup.num_heads, setup.head_dim, k.element_size()
     return [DecodeMeasurement(impl, *shape, timing) for impl, timing in timings.items()]
-
-
-@dataclass(frozen=True)
-class OperationTiming:
-    """One operation of MHA's decode step at the longest context, against the probe (chapter 2)."""
-
-    operation: str
-    bytes_read: int
-    timing: Timing
-    probe_gbps: float  # the DRAM probe at the same thread count
-
-    @property
-    def gbps(self) -> float:
-        """Achieved bandwidth of the fastest sample (GB/s = 1e9 B/s)."""
-        return self.bytes_read / self.timing.min_s / 1e9
-
-    def row(self) -> dict:
-        """This operation as a table row (a DataFrame's)."""
-        return {
-            "operation": self.operation,
-            "MiB read": self.bytes_read / MiB,
-            "time ms": self.timing.min_s * 1e3,
-            "GB/s": self.gbps,
-            "share of probe": self.gbps / self.probe_gbps,
-        }
-
-
-def bound_breakdown(setup: DecodeSetup, probe: Bandwidth, repeats: int = 5) -> list[OperationTiming]:
-    """What bounds MHA's decode attention: its two products timed apart, and K read two other ways.
-
-    Grouped attention computes scores as ``q @ K^T`` (one query row against a transposed
-    matrix) and the output as ``weights @ V``. Beside them: the same scores as ``K @ q``
-    (K as the matrix of a matrix-vector product, the layout BLAS streams at full speed) and
-    ``K.sum()`` (the probe's own operation on K). All read the same bytes once; fastest
-    samples, on the setup's threads, against the probe's fastest.
-    """
-    q, k, v = decode_inputs(setup, setup.num_heads, setup.longest)
-    weights = torch.softmax(q @ k.transpose(-1, -2), dim=-1)  # (batch, heads, 1, context)
-    operations = {
-        "scores = q @ K^T (as attention does it)": lambda: q @ k.transpose(-1, -2),
-        "output = weights @ V (as attention does it)": lambda: weights @ v,
-        "scores = K @ q (same product, K as the matrix)": lambda: k @ q.transpose(-1, -2),
-        "K.sum() (the probe's operation)": k.sum,
-    }
-    results = []
-    with torch.inference_mode(), torch_threads(setup.threads):
-        for name, fn in operations.items():
-            number = _calls_per_sample(fn, setup.device, target_s=0.01)
-            timing = time_it(
-                fn, repeats=repeats, warmup=0, number=number, device=setup.device, clock=setup.clock
-            )
-            results.append(OperationTiming(name, k.numel() * k.element_size(), timing, probe.best_gbps))
-    return results
-
-
-def compute_roof(setup: DecodeSetup) -> float:
-    """The roofline's flat roof: :func:`~kvlib.measure.probes.matmul_gflops` at the setup's dtype, threads."""
-    return matmul_gflops(setup.device, threads=setup.threads, dtype=setup.dtype).gflops
 
 
 def bench() -> dict:

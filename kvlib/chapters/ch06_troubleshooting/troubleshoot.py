@@ -34,7 +34,8 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.contiguous import kv_bytes_per_token
-from kvlib.chapters.ch02_cache_size.decode_speed import DecodeMeasurement, DecodeSetup
+from kvlib.chapters.ch02_cache_size.decode_roofline import DecodeMeasurement
+from kvlib.chapters.ch02_cache_size.decode_speed import DecodeSetup
 from kvlib.measure.hardware import available_memory_bytes, llc_bytes
 from kvlib.measure.probes import Bandwidth
 from kvlib.measure.timing import round_median, time_interleaved, torch_threads

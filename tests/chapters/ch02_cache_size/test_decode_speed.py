@@ -12,16 +12,31 @@ from kvlib import KVLibError
 from kvlib.chapters.ch02_cache_size import decode_roofline as roofline
 from kvlib.chapters.ch02_cache_size import decode_speed as decode
 from kvlib.measure.hardware import all_threads
+from kvlib.measure.probes import Bandwidth
+from kvlib.measure.timing import Timing
 
 
 def test_measurement_counts_bytes_and_flops():
-    timing = decode.Timing(0.5, 0.4, 0.6, (0.5,))
+    timing = Timing(0.5, 0.4, 0.6, (0.5,))
     m = decode.DecodeMeasurement("grouped", 8, 1000, 2, 32, 128, 2, timing)
     assert m.kv_bytes == 2 * 2 * 8 * 1000 * 128 * 2
     assert m.flops == 4 * 2 * 32 * 1000 * 128
     assert m.intensity == 2 * (32 // 8) / 2
     assert m.gbps == m.kv_bytes / 0.5 / 1e9 and m.gflops == m.flops / 0.5 / 1e9
     assert m.best_gbps == m.kv_bytes / 0.4 / 1e9
+    # timed without the probes (PyTorch's attention): no roofline columns, and no fraction to give
+    assert list(m.row()) == [
+        "impl",
+        "kv heads",
+        "context",
+        "K+V MiB",
+        "time ms",
+        "GB/s",
+        "GFLOP/s",
+        "FLOP/byte",
+    ]
+    with pytest.raises(KVLibError, match="grouped was timed without the probes"):
+        m.bw_fraction  # noqa: B018
 
 
 def test_per_device_sizes_come_from_the_last_level_cache(monkeypatch):
@@ -59,14 +74,6 @@ def test_measure_decode_on_a_small_setup():
         decode.measure_decode(setup, 3, 64)
     with pytest.raises(KVLibError, match="unknown attention implementation 'flash'"):
         decode.time_decode(setup, *decode.decode_inputs(setup, 8, 64), impl="flash")
-
-
-def test_bound_breakdown_times_four_reads_of_the_same_bytes():
-    setup = decode.DecodeSetup(torch.device("cpu"), torch.float32, batch=1, contexts=(256,), threads=1)
-    probe = decode.memory_bandwidth(4 << 20, "cpu", repeats=2, threads=1)
-    rows = decode.bound_breakdown(setup, probe, repeats=2)
-    assert len(rows) == 4 and {r.bytes_read for r in rows} == {32 * 256 * 128 * 4}
-    assert all(r.row()["share of probe"] == r.gbps / probe.best_gbps for r in rows)
 
 
 def test_inputs_are_seeded():
@@ -141,11 +148,11 @@ def test_kernel_inputs_are_contiguous_blocks_behind_an_identity_table():
 
 def test_roofline_fractions_are_round_medians_of_the_bound_over_the_time():
     def timing(*samples):
-        return decode.Timing(sorted(samples)[1], min(samples), max(samples), samples)
+        return Timing(sorted(samples)[1], min(samples), max(samples), samples)
 
     # 1 KV head of 16 x 64 tokens x 4 B x 2 = 8 KiB; 4 x 8 heads x 64 x 16 = 32,768 FLOPs
-    m = roofline.KernelMeasurement(
-        "torch", 1, 64, 1, 8, 16, 4, 1,
+    m = roofline.DecodeMeasurement(
+        "torch", 1, 64, 1, 8, 16, 4, num_splits=1,
         timing=timing(2.0, 4.0, 8.0), probe=timing(1.0, 1.0, 1.0), probe_bytes=8192,
         matmul=timing(1.0, 3.0, 1.0), matmul_flops=32768,
     )  # fmt: skip
@@ -172,7 +179,7 @@ def test_time_kernel_and_split_k_on_a_small_setup():
     forced = roofline.time_kernel(
         setup, roofline.kernel_inputs(setup, 2, 64), _small_probes(setup), 3, rounds=1
     )
-    assert forced.num_splits == 3 and forced.kernel == "torch" and len(forced.timing.samples) == 1
+    assert forced.num_splits == 3 and forced.impl == "torch" and len(forced.timing.samples) == 1
     split = roofline.split_k_speedup(setup, rounds=1)
     assert split.num_splits >= 1 and split.speedup == split.one.min_s / split.split.min_s
     # of the output's largest value: the merge is exact but for rounding
@@ -191,7 +198,7 @@ def test_counted_flops_are_pytorchs_count_of_the_two_products():
     # q.K^T and weights.V: 2 x (2 x heads x context x head_dim), whatever the KV heads
     for kv in setup.kv_heads:
         assert roofline.counted_flops(setup, kv, 64) == 2 * 2 * 8 * 64 * 16
-    m = roofline.KernelMeasurement("torch", 2, 64, 1, 8, 16, 4, 1, *(None,) * 5)
+    m = roofline.DecodeMeasurement("torch", 2, 64, 1, 8, 16, 4, None)
     assert m.flops == roofline.counted_flops(setup, 2, 64)
     assert roofline.counted_flops(replace(setup, batch=3), 1, 10) == 3 * 4 * 8 * 10 * 16
     with pytest.raises(KVLibError, match="must divide"):
@@ -202,9 +209,7 @@ def test_counted_flops_are_pytorchs_count_of_the_two_products():
 
 def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):
     """The CUDA branch without a GPU: every fact it reads is stubbed with an H100-like value."""
-    fake_probe = decode.Bandwidth(
-        "cuda", 1 << 30, decode.Timing(0.25e-3, 0.25e-3, 0.3e-3, (0.25e-3,))
-    )  # 4.3 TB/s
+    fake_probe = Bandwidth("cuda", 1 << 30, Timing(0.25e-3, 0.25e-3, 0.3e-3, (0.25e-3,)))  # 4.3 TB/s
     monkeypatch.setattr(decode, "launch_overhead_s", lambda device: 5e-6)
     monkeypatch.setattr(decode, "memory_bandwidth", lambda device: fake_probe)
     monkeypatch.setattr(decode, "dram_bytes", lambda device: 1 << 30)
@@ -220,8 +225,8 @@ def test_gpu_sizes_come_from_bandwidth_launch_overhead_and_memory(monkeypatch):
 def test_roofline_figure_marks_the_ridge_point():
     from kvlib.plotting.sizing import draw_roofline
 
-    timing = decode.Timing(1e-3, 1e-3, 1e-3, (1e-3,))
-    m = roofline.KernelMeasurement("torch", 1, 64, 1, 8, 16, 4, 1, timing, timing, 8192, timing, 32768)
+    timing = Timing(1e-3, 1e-3, 1e-3, (1e-3,))
+    m = roofline.DecodeMeasurement("torch", 1, 64, 1, 8, 16, 4, timing, 1, timing, 8192, timing, 32768)
     fig = draw_roofline([m], probe_gbps=10.0, peak_gflops=80.0)
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert "ridge point: 8.0 FLOP/byte" in labels

@@ -11,7 +11,8 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.contiguous import kv_bytes_per_token
-from kvlib.chapters.ch02_cache_size.decode_speed import DecodeMeasurement, DecodeSetup
+from kvlib.chapters.ch02_cache_size.decode_roofline import DecodeMeasurement
+from kvlib.chapters.ch02_cache_size.decode_speed import DecodeSetup
 from kvlib.chapters.ch06_troubleshooting.troubleshoot import (
     TINY_CONTEXT,
     BatchOutcome,
