@@ -52,6 +52,7 @@ BENCH_MODULES = {
     "vllm": "kvlib.chapters.ch08_serving_engines.vllm_flags",
     "mla": "kvlib.chapters.ch09_mla_absorbed.bench",  # chapter 9: MLA decoded with the weights absorbed
     "window": "kvlib.chapters.ch10_window_allocator.bench",  # chapter 10: windows and hybrids, paged
+    "radix": "kvlib.chapters.ch11_radix_routing.bench",  # chapter 11: a radix prefix tree, routing
     "offload": "kvlib.chapters.ch12_offload_tier.bench",  # chapter 12: the offload tier, swap per block
 }
 

@@ -83,6 +83,7 @@ class RadixTree:
         self.root.lock_ref = 1  # the root is never evicted
         self.num_tokens = 0  # tokens stored (every edge's key, summed)
         self.protected_tokens = 0  # of them, on nodes some request locks
+        self.num_evicted_tokens = 0  # tokens evict() removed so far
         self._clock = 0
 
     # ------------------------------------------------------------------ helpers
@@ -199,6 +200,7 @@ class RadixTree:
             del parent.children[self._page(leaf.key)]
             self.num_tokens -= len(leaf.key)
             removed += len(leaf.key)
+            self.num_evicted_tokens += len(leaf.key)
             if on_evict is not None:
                 on_evict(leaf.values)
             if parent is not self.root and parent.is_leaf and parent.lock_ref == 0:
