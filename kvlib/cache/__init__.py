@@ -1,7 +1,9 @@
 """The contiguous KV cache and the caches that shrink it (chapters 1, 2 and 7; reused in 3 and 6).
 
 - ``contiguous``: the preallocated cache and the concatenating one (the trap), with their byte
-  counts.
+  counts: the readable caches the book shows.
+- ``fast_contiguous``: the preallocated cache tuned for speed (a decode step allocates nothing;
+  the numba kernel on a CPU), which the benchmarks and the lean model choose.
 - ``quantized``: a cache that stores K/V in a :mod:`kvlib.quant` format and attends over them
   dequantized (chapter 7).
 - ``eviction_policies``: which tokens a layer keeps under a budget: a sliding window,

@@ -3,69 +3,45 @@
 Both implement the model's two-method cache protocol (:class:`~kvlib.model.config.KVCache`:
 ``prepare``, ``attend``). Chapter 1 compares them: the preallocated cache writes each new
 token's K and V into its slot, while the concatenating cache copies everything it holds at
-every step, which is the trap of growing arrays with ``torch.cat`` / ``np.vstack``.
+every step, which is the trap of growing arrays with ``torch.cat`` / ``np.vstack``. Both attend
+with :func:`~kvlib.model.attention.grouped_attention`.
 
-The preallocated cache is the lean decode step of chapter 1: a step allocates nothing (each
-layer's K/V are views of one reservation, written in place with ``index_copy_``, and the
-positions are a view of one ``arange``). The reservation is stored token-major, so that each
-sequence of a layer is one block of chapter 3's pool: on a CPU one new token attends with the
-numba kernel of chapters 2 and 3 through an identity block table
-(:class:`~kvlib.kernels.pool_decoder.PoolDecoder`), into a buffer the caller gives; elsewhere
-through PyTorch's fused ``scaled_dot_product_attention`` (called directly, as
-:func:`~kvlib.model.attention.sdpa_attention` does). A prefill of several tokens, and the
-concatenating cache, use :func:`~kvlib.model.attention.grouped_attention`. Chapter 2 checks their byte
-counts against the size formula (:mod:`kvlib.chapters.ch02_cache_size.size_check`); chapter 6 reads
-:func:`kv_bytes_per_token`.
+This is the readable cache the book shows. The same preallocated cache tuned for speed (a decode
+step that allocates nothing, the numba kernel on a CPU) is
+:class:`~kvlib.cache.fast_contiguous.FastContiguousKVCache`, which the benchmarks choose. Chapter 2
+checks their byte counts against the size formula (:mod:`kvlib.chapters.ch02_cache_size.size_check`);
+:func:`kv_bytes_per_token` is that formula's (:func:`~kvlib.sizing.spec.kv_cache_bytes`) for one token.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 from kvlib import KVLibError
-from kvlib.kernels.dispatch import contiguous_tables
-from kvlib.kernels.pool_decoder import PoolDecoder, pool_decoder_runs
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
+from kvlib.sizing.spec import kv_cache_bytes
 
 
 class ContiguousKVCache:
-    """K and V of every layer in two preallocated tensors, seen as (layers, batch, kv_heads, max_len, hd).
+    """K and V of every layer in two preallocated tensors, (layers, batch, kv_heads, max_len, head_dim) each.
 
-    All sequences of the batch have the same length; ``length`` tokens are filled. The memory is
-    token-major, (layers, batch, max_len, kv_heads, head_dim): each sequence of a layer is one
-    block of ``max_len`` tokens in the layout of chapter 3's block pool, so that on the CPU a
-    decode step attends with the numba kernel of chapters 2 and 3 (through an identity block
-    table) and writes its output into a buffer of the cache: the step allocates nothing. The
-    output of :meth:`attend` for one new token is that buffer, valid until the next call.
+    All sequences of the batch have the same length; ``length`` tokens are filled. Each step writes
+    its new tokens' K and V into their slots: nothing already stored is copied. (The same cache
+    tuned so that a step allocates nothing is :class:`~kvlib.cache.fast_contiguous.FastContiguousKVCache`.)
     """
-
-    reuses_buffers = True  # attend copies k, v into the reservation and takes out= (model.config.KVCache)
 
     def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None, dtype=torch.float32):
         if batch_size < 1 or max_len < 1:
             raise KVLibError(f"batch_size and max_len must be positive, not {batch_size} and {max_len}")
-        # (layers, batch, max_len, kv_heads, head_dim) each, in memory
-        shape = (config.num_layers, batch_size, max_len, config.num_kv_heads, config.head_dim)
-        self._k_tokens = torch.zeros(shape, device=device, dtype=dtype)
-        self._v_tokens = torch.zeros(shape, device=device, dtype=dtype)
-        # the same memory as (layers, batch, kv_heads, max_len, head_dim) views, the model's layout
-        self.k, self.v = self._k_tokens.transpose(2, 3), self._v_tokens.transpose(2, 3)
-        # per layer: a view of self.k / self.v, (batch, kv_heads, max_len, head_dim)
-        self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
-        self._arange = torch.arange(max_len, device=device)  # (max_len,): every slot's index
+        shape = (config.num_layers, batch_size, config.num_kv_heads, max_len, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
         # (batch, max_len): every slot's position, of which prepare hands out views
-        self.positions = self._arange.expand(batch_size, max_len)
-        self._slots = self._arange[:0]  # (num_new,): the slots of the current step's tokens, a view
+        self.positions = torch.arange(max_len, device=device).expand(batch_size, max_len)
         self.max_len = max_len  # tokens per sequence the reservation holds
         self.length = 0  # tokens per sequence filled (after the current step's prepare)
         self._start = 0  # position of the current step's first new token
-        self._decoder = None  # the numba kernel over the reservation, where it runs
-        if pool_decoder_runs(device, dtype):  # layer l, sequence i: block i of a pool of `batch` blocks
-            self._decoder = PoolDecoder(self._k_tokens.unbind(0), self._v_tokens.unbind(0))
-            self._block_tables = contiguous_tables(batch_size, 1, device=device)  # (batch, 1): block i
-            self._seq_lens = torch.zeros(batch_size, dtype=torch.long, device=device)  # (batch,): length
 
     @property
     def num_bytes(self) -> int:
@@ -77,39 +53,25 @@ class ContiguousKVCache:
         if self.length + num_new > self.max_len:
             raise KVLibError(f"cache full: {self.length} + {num_new} tokens exceed max_len {self.max_len}")
         self._start, self.length = self.length, self.length + num_new
-        self._slots = self._arange[self._start : self.length]  # (num_new,): a view
-        if self._decoder is not None and num_new == 1:
-            self._seq_lens.fill_(self.length)  # in place: the kernel's keys per sequence
-        return self.positions[:, self._start : self.length]  # (batch, num_new): a view
+        return self.positions[:, self._start : self.length]
 
-    def attend(self, layer: int, q, k, v, out: torch.Tensor | None = None) -> torch.Tensor:
+    def attend(self, layer: int, q, k, v) -> torch.Tensor:
         """Write k, v (batch, kv_heads, num_new, head_dim) into their slots; attend q over all filled slots.
 
-        q: (batch, heads, num_new, head_dim); returns (batch, heads, num_new, head_dim). ``out``, a
-        float32 tensor of q's shape, receives a decode step's attention where the numba kernel runs.
+        q: (batch, heads, num_new, head_dim); returns (batch, heads, num_new, head_dim).
         """
         start, end = self._start, self.length
-        # write the new slots in place: nothing stored is copied
-        self.k_layers[layer].index_copy_(2, self._slots, k)
-        self.v_layers[layer].index_copy_(2, self._slots, v)
-        if end - start == 1 and self._decoder is not None and q.dtype == torch.float32:  # the fused kernel
-            return self._decoder.attend(layer, q, self._block_tables, self._seq_lens, end, out)
-        # the filled slots: (batch, kv_heads, end, head_dim) each, views of the reservation
-        keys, values = self.k_layers[layer].narrow(2, 0, end), self.v_layers[layer].narrow(2, 0, end)
-        if end - start > 1:  # a prefill: every new query attends to the keys up to its own
-            return grouped_attention(q, keys, values, q_start=start)  # (batch, heads, num_new, head_dim)
-        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)  # (batch, heads, 1, hd)
+        self.k[layer, :, :, start:end] = k  # the new slots, in place
+        self.v[layer, :, :, start:end] = v
+        keys, values = self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # every filled slot: views
+        return grouped_attention(q, keys, values, q_start=start)  # each new query sees keys up to its own
 
 
 def kv_bytes_per_token(config: ModelConfig, dtype=torch.float32) -> int:
-    """Bytes one token's K and V take in every layer: 2 x layers x kv_heads x head_dim x element size."""
-    return (
-        2
-        * config.num_layers
-        * config.num_kv_heads
-        * config.head_dim
-        * torch.empty((), dtype=dtype).element_size()
-    )
+    """Bytes one token's K and V take in every layer (:func:`~kvlib.sizing.spec.kv_cache_bytes` at
+    one token): 2 x layers x kv_heads x head_dim x element size."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return kv_cache_bytes(config.num_layers, config.num_kv_heads, config.head_dim, 1, dtype_bytes=element)
 
 
 def concat_bytes_copied(

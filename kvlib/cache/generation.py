@@ -5,7 +5,10 @@ amounts of work:
 
 - ``"none"``: no cache; every step runs the model over the whole sequence so far.
 - ``"cache"``: a preallocated :class:`~kvlib.cache.contiguous.ContiguousKVCache`; the prompt
-  is processed once (prefill), then each step feeds only the newest token (decode).
+  is processed once (prefill), then each step feeds only the newest token (decode). The lean
+  model (:class:`~kvlib.model.lean.LeanLlama`, which the benchmarks choose) gets the cache tuned
+  the same way, :class:`~kvlib.cache.fast_contiguous.FastContiguousKVCache`, and writes each
+  step's logits in place.
 - ``"concat"``: like ``"cache"``, but the cache grows by concatenation
   (:class:`~kvlib.cache.contiguous.ConcatKVCache`).
 
@@ -25,8 +28,10 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache
+from kvlib.cache.fast_contiguous import FastContiguousKVCache
 from kvlib.checks import check_token_tensor
 from kvlib.model.encdec import EncoderDecoder
+from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
 
 
@@ -90,7 +95,9 @@ class Decoder:
 
     ``tokens`` (batch, prompt_len + steps done) holds the prompt and what was generated, in
     a buffer sized for ``num_new`` tokens, so a step allocates no token tensor; ``cache`` is
-    the mode's cache (None for ``"none"``), sized the same.
+    the mode's cache (None for ``"none"``), sized the same: for ``"cache"`` the readable
+    :class:`~kvlib.cache.contiguous.ContiguousKVCache`, or the fast one for a
+    :class:`~kvlib.model.lean.LeanLlama`.
     """
 
     def __init__(self, model: TinyLlama, prompt: torch.Tensor, num_new: int, mode: str = "cache"):
@@ -108,9 +115,11 @@ class Decoder:
                 f"prompt + num_new = {total} tokens exceeds max_seq_len ({model.config.max_seq_len})"
             )
         self.model, self.mode, self.num_new = model, mode, num_new
+        self.lean = isinstance(model, LeanLlama)  # the fast path: writes its logits into a given tensor
         self.cache = None
         if mode == "cache":
-            self.cache = ContiguousKVCache(model.config, prompt.shape[0], total, device=prompt.device)
+            preallocated = FastContiguousKVCache if self.lean else ContiguousKVCache
+            self.cache = preallocated(model.config, prompt.shape[0], total, device=prompt.device)
         elif mode == "concat":
             self.cache = ConcatKVCache(model.config, device=prompt.device)
         batch, prompt_len = prompt.shape
@@ -138,7 +147,10 @@ class Decoder:
             )
         model_input = self.tokens if self.cache is None else self._next_input
         logits = self._logits[self.steps_done]  # (batch, vocab), a view
-        self.model(model_input, self.cache, last_only=True, out=logits.unsqueeze(1))  # (batch, 1, vocab)
+        if self.lean:
+            self.model(model_input, self.cache, last_only=True, out=logits.unsqueeze(1))  # (batch, 1, vocab)
+        else:
+            logits.copy_(self.model(model_input, self.cache, last_only=True)[:, -1])  # (batch, vocab)
         self._next_input = self._tokens[:, self._length : self._length + 1]  # (batch, 1): the next slot
         torch.argmax(logits, dim=-1, keepdim=True, out=self._next_input)  # written in place, no torch.cat
         self._length += 1

@@ -31,7 +31,6 @@ import dataclasses
 import torch
 
 from kvlib import KVLibError
-from kvlib.model.lean import FusedWeights
 from kvlib.model.llama import TinyLlama
 
 POOLING_METHODS = ("mean", "keep")  # mean of each group's heads (the GQA paper), or one head kept per group
@@ -102,8 +101,9 @@ def pool_kv_heads(model: TinyLlama, num_kv_heads: int, method: str = "mean", kep
     every other weight is a copy. The config is the original's with ``num_kv_heads`` replaced
     (so its seed is kept), and no weight is drawn: the model is built on the meta device and
     given the converted tensors, on ``model``'s device and in its dtype, with each parameter's
-    ``requires_grad``, the training mode and the ``lean`` switch copied. ``model`` is untouched;
-    the new model's lean pass fuses its own weights on first use. The same number of heads
+    ``requires_grad`` and the training mode copied, and of ``model``'s class (a
+    :class:`~kvlib.model.lean.LeanLlama` gives one whose lean pass fuses its own weights on first
+    use). ``model`` is untouched. The same number of heads
     gives an exact copy. Bad arguments raise a one-line :class:`~kvlib.KVLibError`.
     """
     if not isinstance(model, TinyLlama):
@@ -121,10 +121,8 @@ def pool_kv_heads(model: TinyLlama, num_kv_heads: int, method: str = "mean", kep
     with torch.device("meta"):  # shapes only: nothing drawn, nothing allocated
         pooled = TinyLlama(dataclasses.replace(config, num_kv_heads=num_kv_heads))
     pooled.load_state_dict(state, assign=True)  # strict: every parameter replaced, none left on meta
-    pooled.fused = FusedWeights()  # its placeholders made off the meta device; built on first use
     old_params = dict(model.named_parameters())
     for name, param in pooled.named_parameters():
         param.requires_grad_(old_params[name].requires_grad)
     pooled.train(model.training)
-    pooled.lean = model.lean
-    return pooled
+    return pooled if type(model) is TinyLlama else type(model).sharing(pooled)  # a LeanLlama stays lean

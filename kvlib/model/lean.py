@@ -1,13 +1,15 @@
-"""The lean forward pass of :class:`~kvlib.model.llama.TinyLlama` (chapter 1's lean decode step).
+"""The lean model: :class:`LeanLlama`, a :class:`~kvlib.model.llama.TinyLlama` whose decode step
+allocates nothing (chapter 1's lean decode step), chosen explicitly by the benchmarks.
 
 A decode step of the book's tiny models does little arithmetic: one token through a few
 matrix-vector products. What it costs beyond reading the weights is the fixed price of
 every operator PyTorch dispatches (a few microseconds each on a CPU once the weights have
-streamed through its caches) and of every ``nn.Module`` call. The modules' forward pass
-(``TinyLlama.reference_forward``, the readable one, which follows Llama's structure) dispatches
-133 operators per decode step of a 2-layer model, 79 of which allocate a tensor;
+streamed through its caches) and of every ``nn.Module`` call. The readable model's forward pass
+(:meth:`TinyLlama.forward <kvlib.model.llama.TinyLlama.forward>`, which follows Llama's structure)
+dispatches about twice the operators per decode step of a 2-layer model, many of them allocating;
 :func:`lean_forward` computes the same logits with 69, none allocating (torch 2.13, the numba
-kernel attending), and ``TinyLlama.forward`` uses it whenever no gradient is wanted:
+kernel attending in :class:`~kvlib.cache.fast_contiguous.FastContiguousKVCache`), and
+:class:`LeanLlama` uses it whenever no gradient is wanted:
 
 - the q, k and v projections are one matrix product, and so are the MLP's gate and up
   projections: their weights are concatenated once (:class:`FusedWeights`, rebuilt when a
@@ -24,7 +26,7 @@ kernel attending), and ``TinyLlama.forward`` uses it whenever no gradient is wan
 - every activation is written into :class:`StepBuffers`, made by the first float32 pass of a
   (batch, seq) shape and reused by the next ones, and the logits into the caller's ``out``:
   a decode step allocates nothing where the cache copies what it is handed and attends into
-  a given buffer (``KVCache.reuses_buffers``: the contiguous and paged caches).
+  a given buffer (``KVCache.reuses_buffers``: the fast contiguous cache and the paged caches).
 
 The matrix products sum in another grouping, the norm's scale multiplies the weights instead
 of the activations, and fused multiply-adds round once where the modules round twice, so
@@ -44,7 +46,8 @@ from torch.nn import functional as F
 
 from kvlib.kernels.row_product import row_product
 from kvlib.model.attention import grouped_attention
-from kvlib.model.config import KVCache
+from kvlib.model.config import KVCache, ModelConfig
+from kvlib.model.llama import TinyLlama
 from kvlib.model.rotary import new_token_positions, rotate_signed, rotate_signed_into
 
 MAX_BUFFER_SHAPES = 4  # (batch, seq) shapes whose activations a model keeps (FusedWeights.buffers)
@@ -271,7 +274,7 @@ def lean_forward(
 ) -> torch.Tensor:
     """What ``model.reference_forward(tokens, cache, last_only)`` returns, by the lean pass.
 
-    ``model`` is a :class:`~kvlib.model.llama.TinyLlama`; tokens (batch, seq) -> logits
+    ``model`` is a :class:`LeanLlama`; tokens (batch, seq) -> logits
     (batch, seq, vocab), or (batch, 1, vocab) with ``last_only``, written into ``out`` of that
     shape if given. Every other activation lives in the model's :class:`StepBuffers` for this
     shape (float32), so that a decode step into ``out`` allocates nothing.
@@ -296,3 +299,49 @@ def lean_forward(
     logits_out = None if out is None else out.view(x.shape[0], -1)
     logits = row_product(normed(x, fused.offset, buf), fused.lm_head, out=logits_out)
     return logits.view(batch, -1, logits.shape[-1])  # (batch, seq or 1, vocab)
+
+
+class LeanLlama(TinyLlama):
+    """:class:`~kvlib.model.llama.TinyLlama` whose forward pass is :func:`lean_forward` whenever no
+    gradient is wanted: the same weights and state dict, the same greedy tokens (tested).
+
+    ``LeanLlama(config)`` draws the weights ``TinyLlama(config)`` draws; ``LeanLlama.sharing(model)``
+    runs another model's weights (not copies) by the lean pass.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        self.fused = FusedWeights()  # the lean pass's concatenated projections, outside the state dict
+
+    @classmethod
+    def sharing(cls, model: TinyLlama) -> LeanLlama:
+        """A lean model over ``model``'s modules (its weights, not copies); its fused weights are its own."""
+        lean = super().sharing(model)
+        lean.fused = FusedWeights()
+        return lean
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """:meth:`TinyLlama.forward <kvlib.model.llama.TinyLlama.forward>`'s logits, written into ``out``
+        (a tensor of their shape and dtype) if given.
+
+        Under ``torch.inference_mode`` or ``no_grad`` (or with frozen weights) by the lean pass, into
+        whose buffers a decode step into ``out`` allocates nothing; when gradients may be wanted,
+        through the modules (:meth:`reference_forward`).
+        """
+        if torch.is_grad_enabled() and self.lm_head.weight.requires_grad:
+            logits = self.reference_forward(tokens, cache, last_only)
+            return logits if out is None else out.copy_(logits)
+        return lean_forward(self, tokens, cache, last_only, out)
+
+    def reference_forward(
+        self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
+    ) -> torch.Tensor:
+        """The readable pass through the modules (:meth:`TinyLlama.forward
+        <kvlib.model.llama.TinyLlama.forward>`), which the lean pass's logits equal to float32 rounding."""
+        return super().forward(tokens, cache, last_only)

@@ -11,9 +11,10 @@ The model does not know how its keys and values are stored: each layer hands the
 cache returns the attention output. Without a cache the tokens are the whole sequence and
 attention is :func:`~kvlib.model.attention.grouped_attention` over them.
 
-The modules below are the readable model (:meth:`TinyLlama.reference_forward` runs them); when
-no gradient is wanted, ``TinyLlama.forward`` computes the same logits by the lean pass of
-:mod:`kvlib.model.lean` (fused projections, functional calls: half the operators per step).
+This is the readable model the book shows, one Llama layer after another. The same model tuned
+for speed, :class:`~kvlib.model.lean.LeanLlama` (fused projections, functional calls: half the
+operators per decode step, none allocating), is a subclass that the benchmarks choose explicitly
+(:meth:`TinyLlama.sharing` gives either kind over the same weights).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from torch.nn import functional as F
 
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
-from kvlib.model.lean import FusedWeights, lean_forward
 from kvlib.model.rotary import RotaryTable, apply_rotary, new_token_rotary
 from kvlib.model.seeding import seeded_weights
 
@@ -123,16 +123,20 @@ class TinyLlama(nn.Module):
             self.norm = RMSNorm(config.d_model, config.norm_eps)
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryTable(config)  # cos/sin of every position, looked up by each forward pass
-        self.fused = FusedWeights()  # the lean pass's concatenated projections, outside the state dict
-        # forward by the lean pass whenever no gradient is wanted (False: always through the modules)
-        self.lean = True
+
+    @classmethod
+    def sharing(cls, model: TinyLlama):
+        """A model of this class over ``model``'s modules: the same weights (not copies), the same mode."""
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.config, new.rotary = model.config, model.rotary
+        for name, module in model.named_children():
+            new.add_module(name, module)
+        new.train(model.training)
+        return new
 
     def forward(
-        self,
-        tokens: torch.Tensor,
-        cache: KVCache | None = None,
-        last_only: bool = False,
-        out: torch.Tensor | None = None,
+        self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
     ) -> torch.Tensor:
         """tokens (batch, seq) -> logits (batch, seq, vocab), or (batch, 1, vocab) if ``last_only``.
 
@@ -140,21 +144,7 @@ class TinyLlama(nn.Module):
         are the next tokens of the sequences the cache holds. Generation needs only the
         last position's logits (``last_only``), which spares the output projection of
         every earlier position, as ``transformers`` does with ``logits_to_keep``.
-
-        Under ``torch.inference_mode`` or ``no_grad`` (or with frozen weights) this is the lean pass
-        (:func:`~kvlib.model.lean.lean_forward`); when gradients may be wanted, or with ``self.lean``
-        set to False (to time one against the other), :meth:`reference_forward`. ``out``, a tensor
-        of the logits' shape and dtype, receives them (the lean decode step then allocates nothing).
         """
-        if not self.lean or (torch.is_grad_enabled() and self.lm_head.weight.requires_grad):
-            logits = self.reference_forward(tokens, cache, last_only)
-            return logits if out is None else out.copy_(logits)
-        return lean_forward(self, tokens, cache, last_only, out)
-
-    def reference_forward(
-        self, tokens: torch.Tensor, cache: KVCache | None = None, last_only: bool = False
-    ) -> torch.Tensor:
-        """:meth:`forward` through the modules, one Llama layer after another: the readable model."""
         cos, sin = new_token_rotary(tokens, cache, self.config, self.rotary)
         x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.layers):

@@ -25,6 +25,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.checks import are_token_ids, require_int
+from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.block_manager import Allocation, num_blocks_for
 from kvlib.paged.paged_cache import PagedKVCache
@@ -103,7 +104,11 @@ def decode_step(
         give_slots(cache, seq_ids)
     cache.schedule(seq_ids)
     newest = cache.inputs.put("token_ids", [tokens[-1] for tokens in token_ids]).view(-1, 1)  # (batch, 1)
-    logits = model(newest, cache, last_only=True, out=None if out is None else out[:, None])
+    if isinstance(model, LeanLlama):  # the fast path writes its logits into out
+        logits = model(newest, cache, last_only=True, out=None if out is None else out[:, None])
+    else:
+        logits = model(newest, cache, last_only=True)
+        logits = logits if out is None else out[:, None].copy_(logits)
     return logits[:, -1]  # (batch, 1, vocab) -> (batch, vocab)
 
 
@@ -116,7 +121,8 @@ def greedy_step(
 ) -> list[int]:
     """The most likely next token of each sequence after :func:`decode_step`, whose logits and
     argmax go into buffers of the cache (:class:`~kvlib.paged.step_inputs.StepInputs`): with the
-    lean pass, the step allocates no tensor (chapter 1's lean step, here on the paged cache)."""
+    lean model (:class:`~kvlib.model.lean.LeanLlama`), the step allocates no tensor (chapter 1's lean
+    step, here on the paged cache)."""
     batch, vocab = len(seq_ids), model.config.vocab_size
     logits = cache.inputs.scratch("logits", (batch, vocab), model.lm_head.weight.dtype)
     decode_step(model, cache, seq_ids, token_ids, append_slots, out=logits)

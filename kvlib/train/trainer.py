@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from kvlib import KVLibError
 from kvlib.model.config import ModelConfig
+from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
 from kvlib.train.corpus import VOCAB, CorpusConfig, documents
 
@@ -161,7 +162,7 @@ def next_token_loss(model: TinyLlama, tokens: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1] (batch, seq), a scalar."""
     inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (batch, seq - 1) each
     whole = WholeSequence(*inputs.shape, device=inputs.device)
-    logits = model.reference_forward(inputs, whole)  # (batch, seq - 1, vocab)
+    logits = TinyLlama.forward(model, inputs, whole)  # (batch, seq - 1, vocab): the modules' pass
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -176,7 +177,8 @@ def train(
 
     ``stop_after`` runs only the first steps of ``config``'s schedule, at the learning rates of
     the whole run (a test retrains the first steps of the shipped model's run this way). The
-    model is left in eval mode with its lean pass's fused weights dropped (rebuilt on first use),
+    model is left in eval mode (a :class:`~kvlib.model.lean.LeanLlama` with its fused weights dropped,
+    rebuilt on first use),
     also when a step fails. A loss that is not finite stops the run with a
     :class:`~kvlib.KVLibError` rather than training on.
     """
@@ -212,7 +214,8 @@ def train(
                 on_step(step, losses[-1])
     finally:
         model.eval()
-        model.fused.clear()  # the lean pass fuses the trained weights afresh
+        if isinstance(model, LeanLlama):
+            model.fused.clear()  # the lean pass fuses the trained weights afresh
     return TrainResult(tuple(losses), time.perf_counter() - start, torch.get_num_threads())
 
 

@@ -1,9 +1,12 @@
-"""Tests of kvlib.cache.contiguous: the preallocated cache writes in place and allocates no cache
-memory per step; its one-token SDPA path equals grouped attention to float32 rounding."""
+"""Tests of kvlib.cache.contiguous and fast_contiguous: the preallocated caches write in place and
+allocate no cache memory per step; the fast one's decode paths (the numba kernel where it runs, else
+SDPA, into a given buffer) equal grouped attention and the readable cache to float32 rounding."""
 
+import pytest
 import torch
 
 from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache
+from kvlib.cache.fast_contiguous import FastContiguousKVCache
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
 
@@ -15,9 +18,10 @@ def _kv(generator, batch, num_new):
     return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
 
 
-def test_steps_write_into_the_reservation_in_place():
+@pytest.mark.parametrize("preallocated", [ContiguousKVCache, FastContiguousKVCache])
+def test_steps_write_into_the_reservation_in_place(preallocated):
     g = torch.Generator().manual_seed(0)
-    cache = ContiguousKVCache(CONFIG, batch_size=2, max_len=10)
+    cache = preallocated(CONFIG, batch_size=2, max_len=10)
     k_ptr, v_ptr = cache.k.data_ptr(), cache.v.data_ptr()
     written = []
     for num_new in (3, 1, 1):
@@ -35,15 +39,18 @@ def test_steps_write_into_the_reservation_in_place():
     assert torch.equal(cache.k[:, :, :, 5:], torch.zeros_like(cache.k[:, :, :, 5:]))
 
 
-def test_one_token_decode_equals_grouped_attention_and_the_concat_cache():
+def test_one_token_decode_equals_grouped_attention_and_the_other_caches():
     g = torch.Generator().manual_seed(1)
-    lean, concat = ContiguousKVCache(CONFIG, batch_size=3, max_len=40), ConcatKVCache(CONFIG)
+    lean, concat = FastContiguousKVCache(CONFIG, batch_size=3, max_len=40), ConcatKVCache(CONFIG)
+    readable = ContiguousKVCache(CONFIG, batch_size=3, max_len=40)
     for num_new in (7, 1, 1, 1):
-        lean.prepare(num_new), concat.prepare(num_new)
+        lean.prepare(num_new), concat.prepare(num_new), readable.prepare(num_new)
         k, v = _kv(g, 3, num_new)
         q = torch.randn(3, CONFIG.num_heads, num_new, CONFIG.head_dim, generator=g)
-        a, b = lean.attend(0, q, k, v), concat.attend(0, q, k, v)
-        # SDPA's fused kernel sums in another order: float32 rounding (observed ~3e-7), not more
+        out = torch.empty_like(q)  # the buffer a decode step of the fast cache may attend into
+        a, b, c = lean.attend(0, q, k, v, out=out), concat.attend(0, q, k, v), readable.attend(0, q, k, v)
+        # the numba kernel or SDPA sums in another order: float32 rounding (observed ~3e-7), not more
         assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+        assert torch.equal(b, c)  # the same grouped attention over the same keys
     keys, values = lean.k[0, :, :, : lean.length], lean.v[0, :, :, : lean.length]
     assert torch.allclose(a, grouped_attention(q, keys, values, q_start=lean.length - 1), atol=1e-5)

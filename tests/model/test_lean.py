@@ -1,14 +1,16 @@
-"""Tests of kvlib.model.lean: the lean forward pass computes the reference's logits (to float32
-rounding) and tokens, its fused weights equal the separate projections and follow the parameters."""
+"""Tests of kvlib.model.lean: the lean model with the fast cache chooses the readable model's tokens
+(greedy, several prompts, MHA, GQA and MQA); the lean forward pass computes the reference's logits
+(to float32 rounding), its fused weights equal the separate projections and follow the parameters."""
 
 import pytest
 import torch
 
 from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache
+from kvlib.cache.fast_contiguous import FastContiguousKVCache
 from kvlib.cache.generation import Decoder
 from kvlib.chapters.ch01_no_cache.nocache_race import CPU_CONFIG
 from kvlib.model.config import ModelConfig
-from kvlib.model.lean import FusedWeights, fuse_layer, normed
+from kvlib.model.lean import FusedWeights, LeanLlama, fuse_layer, normed
 from kvlib.model.llama import TinyLlama
 from tests.single_thread import one_torch_thread  # noqa: F401
 
@@ -20,12 +22,30 @@ ATOL = 1e-5
 SMALL = dict(vocab_size=97, d_model=64, num_layers=2, num_heads=4, d_ff=96, max_seq_len=128)
 
 
-def _model(num_kv_heads: int = 2, **changes) -> TinyLlama:
-    return TinyLlama(ModelConfig(**{**SMALL, "num_kv_heads": num_kv_heads, **changes})).eval()
+def _model(num_kv_heads: int = 2, **changes) -> LeanLlama:
+    return LeanLlama(ModelConfig(**{**SMALL, "num_kv_heads": num_kv_heads, **changes})).eval()
 
 
 def _tokens(batch: int, seq: int) -> torch.Tensor:
     return torch.randint(0, 97, (batch, seq), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [CPU_CONFIG, ModelConfig(**SMALL, num_kv_heads=4), ModelConfig(**SMALL, num_kv_heads=1)],
+    ids=["GQA (chapter 1's)", "MHA", "MQA"],
+)
+def test_the_fast_path_chooses_the_readable_path_s_tokens(config):
+    """Greedy generation of three prompts at once: the readable model on the readable cache, and the
+    lean model (drawn from the same seed) on the fast cache, which it chooses itself."""
+    readable, lean = TinyLlama(config).eval(), LeanLlama(config).eval()
+    prompts = torch.randint(0, config.vocab_size, (3, 4), generator=torch.Generator().manual_seed(5))
+    slow, fast = Decoder(readable, prompts, 40), Decoder(lean, prompts, 40)
+    assert type(slow.cache) is ContiguousKVCache and type(fast.cache) is FastContiguousKVCache
+    logits = [(slow.step(), fast.step()) for _ in range(40)]
+    assert torch.equal(slow.tokens, fast.tokens)  # [exact]: the same tokens, every prompt
+    assert max((a - b).abs().max().item() for a, b in logits) < ATOL  # logits to float32 rounding
+    assert len(set(slow.tokens[:, 4:].flatten().tolist())) > 3  # not one token repeated
 
 
 @pytest.mark.parametrize("num_kv_heads", [4, 2, 1], ids=["MHA", "GQA", "MQA"])
@@ -39,16 +59,14 @@ def test_lean_logits_equal_the_reference_without_a_cache(num_kv_heads):
     assert last.shape == (3, 1, 97) and (last[:, 0] - reference[:, -1]).abs().max() < ATOL
 
 
-@pytest.mark.parametrize("cache_type", [ContiguousKVCache, ConcatKVCache])
+@pytest.mark.parametrize("cache_type", [FastContiguousKVCache, ContiguousKVCache, ConcatKVCache])
 @pytest.mark.parametrize("num_kv_heads", [4, 1], ids=["MHA", "MQA"])
 def test_lean_prefill_and_decode_equal_the_reference(num_kv_heads, cache_type):
     model, tokens = _model(num_kv_heads), _tokens(2, 12)
 
     def run(forward):
         cache = (
-            ContiguousKVCache(model.config, 2, 12)
-            if cache_type is ContiguousKVCache
-            else ConcatKVCache(model.config)
+            ConcatKVCache(model.config) if cache_type is ConcatKVCache else cache_type(model.config, 2, 12)
         )
         out = [forward(tokens[:, :5], cache)]  # a prefill of 5 tokens, then one token at a time
         out += [forward(tokens[:, t : t + 1], cache) for t in range(5, 12)]
@@ -60,12 +78,11 @@ def test_lean_prefill_and_decode_equal_the_reference(num_kv_heads, cache_type):
 
 
 def test_chapter_one_model_chooses_the_same_100_tokens_both_ways():
-    model = TinyLlama(CPU_CONFIG).eval()
+    model = LeanLlama(CPU_CONFIG).eval()
     prompt = torch.tensor([[0]])
     lean = Decoder(model, prompt, 100)
     lean_logits = [lean.step() for _ in range(100)]
-    model.lean = False  # every call goes through the modules
-    reference = Decoder(model, prompt, 100)
+    reference = Decoder(TinyLlama.sharing(model), prompt, 100)  # the same weights, through the modules
     reference_logits = [reference.step() for _ in range(100)]
     assert torch.equal(lean.tokens, reference.tokens)
     assert max((a - b).abs().max().item() for a, b in zip(lean_logits, reference_logits, strict=True)) < ATOL
@@ -122,6 +139,17 @@ def test_fused_weights_stay_out_of_the_state_dict_and_work_in_every_mode():
         assert (model(tokens) - model.reference_forward(tokens)).abs().max() < ATOL
 
 
+def test_sharing_runs_the_same_weights_either_way():
+    lean, tokens = _model(2), _tokens(2, 7)
+    readable = TinyLlama.sharing(lean)
+    assert type(readable) is TinyLlama and readable.lm_head is lean.lm_head and not readable.training
+    again = LeanLlama.sharing(readable)
+    assert again.fused is not lean.fused and again.embed_tokens.weight is lean.embed_tokens.weight
+    with torch.inference_mode():
+        assert torch.equal(readable(tokens), lean.reference_forward(tokens))
+        assert (again(tokens) - readable(tokens)).abs().max() < ATOL
+
+
 def test_with_gradients_the_forward_pass_is_the_reference_and_trains():
     model, tokens = _model(2), _tokens(1, 4)
     model(tokens).sum().backward()  # grad mode: through the modules, so every weight gets a gradient
@@ -139,12 +167,11 @@ def test_lean_pass_in_bfloat16_is_close_to_the_reference():
 def test_a_decode_step_dispatches_at_most_half_the_reference_operators():
     from kvlib.chapters.ch01_no_cache.step_roofline import count_step_ops
 
-    model = TinyLlama(CPU_CONFIG).eval()
+    model = LeanLlama(CPU_CONFIG).eval()
     lean = Decoder(model, torch.tensor([[0]]), 4)
     lean.step()
     num_lean = count_step_ops(lean.step)[0]
-    model.lean = False
-    reference = Decoder(model, torch.tensor([[0]]), 4)
+    reference = Decoder(TinyLlama.sharing(model), torch.tensor([[0]]), 4)  # and the readable cache
     reference.step()
     assert num_lean <= 0.6 * count_step_ops(reference.step)[0]
 
@@ -172,7 +199,8 @@ def test_a_decode_loop_reuses_one_set_of_buffers_and_only_where_the_cache_copies
     assert model.fused.buffers(2, 1) is buffers
     assert [getattr(buffers, f).data_ptr() for f in ("x", "qkv", "attn", "gate_up")] == pointers
     assert set(model.fused._buffers) == {(2, 5), (2, 1)}
-    assert not hasattr(ConcatKVCache, "reuses_buffers") and ContiguousKVCache.reuses_buffers
+    assert FastContiguousKVCache.reuses_buffers
+    assert not hasattr(ConcatKVCache, "reuses_buffers") and not hasattr(ContiguousKVCache, "reuses_buffers")
 
 
 def test_only_float32_passes_use_buffers_and_shapes_kept_are_bounded():

@@ -8,6 +8,7 @@ from kvlib import KVLibError
 from kvlib.chapters.ch01_no_cache.step_roofline import count_step_ops
 from kvlib.kernels.dispatch import numba_module
 from kvlib.model.config import ModelConfig
+from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.decode_loop import generate_paged, give_slots, greedy, greedy_step, prefill
 from kvlib.paged.paged_cache import PagedKVCache
@@ -60,8 +61,8 @@ def _started(model, prompts, block_size=16):
 
 def test_the_greedy_step_on_the_paged_cache_allocates_no_tensor():
     """After the first decode step of a batch (which sizes the buffers), one step's operators write
-    only into buffers: the model's StepBuffers, the cache's StepInputs and its PoolDecoder's q."""
-    model = TinyLlama(ModelConfig(**SMALL)).eval()
+    only into buffers: the lean model's StepBuffers, the cache's StepInputs and its PoolDecoder's q."""
+    model = LeanLlama(ModelConfig(**SMALL)).eval()
     cache, tokens = _started(model, [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11]])
     seq_ids = [0, 1, 2]
 

@@ -10,6 +10,7 @@ import kvlib.train.trainer as trainer
 from kvlib import KVLibError
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
+from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
 from kvlib.train.checkpoint import WEIGHTS_DIR, model_info
 from kvlib.train.corpus import CorpusConfig, documents
@@ -149,7 +150,7 @@ def test_three_steps_lower_the_loss_at_the_full_runs_learning_rates(monkeypatch)
 
 
 def test_the_lean_pass_after_training_equals_the_modules():
-    model = TinyLlama(QUALITY_MODEL)
+    model = LeanLlama(QUALITY_MODEL)
     tokens = documents(2, VALIDATION_SEED, SHORT).tokens
     with torch.inference_mode():
         untrained = model(tokens)  # builds the lean pass's fused weights of the untrained model

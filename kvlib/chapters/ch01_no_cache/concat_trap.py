@@ -1,7 +1,7 @@
 """Chapter 1's measurement of the concatenation trap: what a cache grown by ``torch.cat`` copies.
 
 :func:`concat_trap` times one decode step's cache work (store one token's K and V in every
-layer and attend) in a :class:`~kvlib.cache.contiguous.ContiguousKVCache` and in a
+layer and attend) in a preallocated :class:`~kvlib.cache.fast_contiguous.FastContiguousKVCache` and in a
 :class:`~kvlib.cache.contiguous.ConcatKVCache` holding the same tokens, at each of
 :func:`trap_lengths`: up to a cache larger than four times the last-level cache
 (:func:`~kvlib.measure.hardware.dram_size`), so that its longest point measures copies from
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache, kv_bytes_per_token
+from kvlib.cache.contiguous import ConcatKVCache, kv_bytes_per_token
+from kvlib.cache.fast_contiguous import FastContiguousKVCache
 from kvlib.measure.hardware import dram_size, llc_bytes
 from kvlib.measure.timing import Timing, time_interleaved
 from kvlib.model.config import ModelConfig
@@ -44,7 +45,7 @@ class TrapPoint:
     """One cache length of :func:`concat_trap`: the time of one decode step's cache work each way."""
 
     length: int  # tokens already in the cache
-    preallocated: Timing  # prepare + attend of every layer, ContiguousKVCache
+    preallocated: Timing  # prepare + attend of every layer, FastContiguousKVCache (the benchmarks' own)
     concat: Timing  # the same with ConcatKVCache
     bytes_copied: int  # bytes the concatenating cache copied in one step (its own count)
 
@@ -66,7 +67,7 @@ def filled_cache(kind: str, config: ModelConfig, batch: int, length: int, spare:
     if kind not in ("cache", "concat"):
         raise KVLibError(f"kind must be 'cache' or 'concat', not {kind!r}")
     cache = (
-        ContiguousKVCache(config, batch, length + spare, device=device)
+        FastContiguousKVCache(config, batch, length + spare, device=device)
         if kind == "cache"
         else ConcatKVCache(config, device=device)
     )

@@ -30,6 +30,7 @@ from kvlib.chapters.ch01_no_cache.costmodel import forward_flops
 from kvlib.measure.probes import launch_overhead_s, matmul_gflops
 from kvlib.measure.timing import clock_for, pick_device, time_it, torch_threads
 from kvlib.model.config import ModelConfig
+from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
 
 
@@ -64,9 +65,11 @@ class NoCacheSetup:
         """One start token per sequence (token ids 0, 1, ...), like the article's runs from nothing."""
         return torch.arange(self.batch, device=self.device)[:, None]  # (batch, 1)
 
-    def model(self) -> TinyLlama:
-        """The seeded model on this setup's device (weights drawn on the CPU: every device gets the same)."""
-        return TinyLlama(self.config).eval().to(self.device)
+    def model(self) -> LeanLlama:
+        """The seeded model on this setup's device (weights drawn on the CPU: every device gets the same),
+        lean: the benchmark's decode steps allocate nothing (:class:`~kvlib.model.lean.LeanLlama`, which
+        chooses the fast cache; ``TinyLlama(config)`` is the same model, readable)."""
+        return LeanLlama(self.config).eval().to(self.device)
 
 
 # CPU: one sequence; 2 layers of width 384 (6 query heads sharing 2 K/V heads): 400 tokens

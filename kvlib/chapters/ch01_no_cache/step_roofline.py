@@ -11,9 +11,11 @@ allocates, kernels below their peak).
 :func:`step_work` counts the bytes and FLOPs (pure arithmetic), :func:`count_step_ops`
 counts the operators one step dispatches and how many of them allocate, and
 :func:`measure_decode_step` times steps of :class:`~kvlib.cache.generation.Decoder` and
-returns a :class:`StepRoofline`: by default the lean step (:mod:`kvlib.model.lean`: fused
-projections, about half the operators), or with ``lean=False`` the same step through the
-model's modules, so that chapter 1 can show what the lean step saves. A tiny model's
+returns a :class:`StepRoofline`: by default the lean step (:class:`~kvlib.model.lean.LeanLlama` on
+the :class:`~kvlib.cache.fast_contiguous.FastContiguousKVCache`: fused projections, about half the
+operators, none allocating), or with ``lean=False`` the readable step (the model's modules on
+:class:`~kvlib.cache.contiguous.ContiguousKVCache`), so that chapter 1 can show what the lean step
+saves. A tiny model's
 weights may fit in the last-level cache (``StepRoofline.fits_llc``), in which case a step
 need not read DRAM at all: so the bandwidth of the bound is that of a buffer of the step's own
 size read again and again (:func:`step_bandwidth`), which streams from wherever that many bytes
@@ -35,6 +37,7 @@ from kvlib.measure.hardware import cache_info
 from kvlib.measure.probes import Bandwidth, Compute, memory_bandwidth
 from kvlib.measure.timing import clock_for, pick_device, time_it, torch_threads
 from kvlib.model.config import ModelConfig
+from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
 
 
@@ -130,7 +133,7 @@ class StepRoofline:
     num_ops: int  # aten operators one step dispatches
     num_allocating_ops: int  # of which return a tensor in fresh memory
     llc_bytes: int  # last-level cache: a working set below it is not read from DRAM
-    lean: bool = True  # the lean pass (kvlib.model.lean) ran; False: the modules' reference_forward
+    lean: bool = True  # the lean model on the fast cache ran; False: the readable model and cache
 
     @property
     def memory_s(self) -> float:
@@ -224,31 +227,29 @@ def measure_decode_step(
     ``threads`` torch threads; the bound is taken at the middle step's context, with the
     probes (:func:`step_bandwidth` of the step's bytes and :func:`matmul_probe`, measured here at
     the same threads and clock unless given) and the step's operators counted at that step.
-    ``lean=False`` times the step through the model's modules (``model.lean`` is restored
-    afterwards).
+    ``lean=False`` times the readable step (the modules on the readable cache); either way over
+    ``model``'s weights (:meth:`~kvlib.model.llama.TinyLlama.sharing`), whichever class it is.
     """
     if not isinstance(num_steps, int) or num_steps < 1:
         raise KVLibError(f"num_steps must be a positive integer, not {num_steps!r}")
     device = prompt.device
     threads = threads if device.type == "cpu" else None
-    was_lean, model.lean = model.lean, lean
-    try:
-        with torch_threads(threads):
-            decoder = Decoder(model, prompt, 2 * num_steps + 1, mode="cache")
-            for _ in range(num_steps):
-                decoder.step()  # warm-up, untimed
-            middle_keys = decoder.cache.length + num_steps // 2 + 1  # keys of the middle timed step
-            work = step_work(model.config, middle_keys, prompt.shape[0], model.lm_head.weight.dtype)
-            bandwidth = bandwidth or step_bandwidth(work.num_bytes, device, threads)
-            compute = compute or matmul_probe(device, threads)
-            clock = clock_for(device, threads)
-            timings = [
-                time_it(decoder.step, repeats=1, warmup=0, device=device, clock=clock).min_s
-                for _ in range(num_steps)
-            ]
-            num_ops, num_allocating = count_step_ops(decoder.step)
-    finally:
-        model.lean = was_lean
+    if type(model) is not (LeanLlama if lean else TinyLlama):
+        model = (LeanLlama if lean else TinyLlama).sharing(model)
+    with torch_threads(threads):
+        decoder = Decoder(model, prompt, 2 * num_steps + 1, mode="cache")
+        for _ in range(num_steps):
+            decoder.step()  # warm-up, untimed
+        middle_keys = decoder.cache.length + num_steps // 2 + 1  # keys of the middle timed step
+        work = step_work(model.config, middle_keys, prompt.shape[0], model.lm_head.weight.dtype)
+        bandwidth = bandwidth or step_bandwidth(work.num_bytes, device, threads)
+        compute = compute or matmul_probe(device, threads)
+        clock = clock_for(device, threads)
+        timings = [
+            time_it(decoder.step, repeats=1, warmup=0, device=device, clock=clock).min_s
+            for _ in range(num_steps)
+        ]
+        num_ops, num_allocating = count_step_ops(decoder.step)
     return StepRoofline(
         step_s=min(timings),
         work=work,

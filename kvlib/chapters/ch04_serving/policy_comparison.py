@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from kvlib import KVLibError
 from kvlib.model.config import ModelConfig
-from kvlib.model.llama import TinyLlama
+from kvlib.model.lean import LeanLlama
 from kvlib.serving.placement import POLICIES
 from kvlib.serving.results import RunResult
 from kvlib.serving.roofline import kv_budget, roofline_step_model
@@ -280,9 +280,10 @@ ENGINE_CONFIG = ModelConfig(
 )
 
 
-def engine_model(device=None) -> TinyLlama:
-    """The small model chapter 4 serves and calibrates with: 4 layers, width 64, one K/V head (MQA)."""
-    return TinyLlama(ENGINE_CONFIG).to(device).eval()
+def engine_model(device=None) -> LeanLlama:
+    """The small model chapter 4 serves and calibrates with: 4 layers, width 64, one K/V head (MQA);
+    lean (:class:`~kvlib.model.lean.LeanLlama`), as the timed engine steps want it."""
+    return LeanLlama(ENGINE_CONFIG).to(device).eval()
 
 
 def bench(num_requests: int = 1000) -> dict:

@@ -47,7 +47,8 @@ NUM_NEW = 64  # tokens generated after it
 def layer_draft(model: TinyLlama, layers: Iterable[int]) -> TinyLlama:
     """A draft model made of some of ``model``'s layers (in order), its embedding, final norm and head.
 
-    The weights are copied, not trained: ``layers=range(n)`` is early exit after ``n`` layers,
+    Of ``model``'s class (a :class:`~kvlib.model.lean.LeanLlama` gives a lean draft). The weights are
+    copied, not trained: ``layers=range(n)`` is early exit after ``n`` layers,
     ``(0, num_layers - 1)`` skips the middle ones.
     """
     if not isinstance(model, TinyLlama):
@@ -58,7 +59,7 @@ def layer_draft(model: TinyLlama, layers: Iterable[int]) -> TinyLlama:
         raise KVLibError(
             f"layers must be distinct increasing layer indices in 0 .. {num_layers - 1}: {layers}"
         )
-    draft = TinyLlama(dataclasses.replace(model.config, num_layers=len(layers)))
+    draft = type(model)(dataclasses.replace(model.config, num_layers=len(layers)))  # lean if model is
     state = {}
     for name, tensor in model.state_dict().items():
         if not name.startswith("layers."):
