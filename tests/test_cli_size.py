@@ -54,7 +54,10 @@ def test_size_reads_a_config_file(tmp_path):
         (("config.JSON", "--context", "10"), "no config file at config.JSON (no such file or directory)"),
         (("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "3"), "must be divisible by tensor"),
         (("Llama-3-70B", "--context", "10", "--pipeline-parallel-size", "81"), "exceeds the 80 layers"),
-        (("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "0"), "tensor_parallel_size must be"),
+        (
+            ("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "0"),
+            "--tensor-parallel-size must be an integer >= 1, not 0",
+        ),
         (("Llama-3-8B", "--context", "9" * 5000), "invalid int value"),
     ],
 )

@@ -99,8 +99,10 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_size(args) -> int:
+    from kvlib.cli.capacity import check_parallel_flags, report_ignored_keys
     from kvlib.sizing.capacity import format_summary, size_summary
 
+    check_parallel_flags(args)
     summary = size_summary(
         args.model,
         args.context,
@@ -116,6 +118,8 @@ def _cmd_size(args) -> int:
             f"kvlib: warning: context {summary['context']:,} exceeds {summary['model']}'s maximum of "
             f"{summary['max_context']:,} tokens (sized anyway, as for a RoPE-scaled context)\n"
         )
+    if args.verbose:
+        report_ignored_keys(args.model)
     print(json.dumps(summary) if args.json else format_summary(summary))
     return 0
 
@@ -154,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-tokens", type=int, metavar="T", help="image tokens cross-attended (Llama-3.2-Vision)"
     )
     size.add_argument("--json", action="store_true", help="print one JSON object")
+    size.add_argument(
+        "--verbose",
+        action="store_true",
+        help="list on stderr the config keys kvlib ignores (none can change the KV cache)",
+    )
     size.set_defaults(func=_cmd_size)
 
     from kvlib.cli.capacity import add_capacity_command
@@ -191,11 +200,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         return status
     except KVLibError as error:
-        sys.stderr.write(f"kvlib: error: {error}\n")
+        sys.stderr.write(f"kvlib: error: {one_line(str(error))}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # the reader stopped reading (| head): not an error of ours
         _silence_stdout()
         return 0
+
+
+def one_line(message: str) -> str:
+    """A message as one line: a value quoted in it (a name from a config) may hold a line break."""
+    return " ".join(message.splitlines())
 
 
 def _silence_stdout() -> None:

@@ -16,13 +16,12 @@ import sys
 from dataclasses import asdict
 
 from kvlib import KVLibError
-from kvlib.sizing.capacity import weight_bytes
-from kvlib.sizing.catalog import catalog_entry, catalog_names, resolve_model
+from kvlib.checks import require_int
+from kvlib.sizing.capacity import MAX_GIB, weight_bytes
+from kvlib.sizing.catalog import catalog_entry, catalog_names, model_config, resolve_model
+from kvlib.sizing.config_keys import ignored_keys
 from kvlib.sizing.vllm_capacity import VLLMCapacity, vllm_capacity, vllm_log_lines
 from kvlib.units import GiB, ceil_div
-
-# The largest memory a GiB flag accepts (one PiB): beyond it a float times GiB loses integer precision.
-MAX_GIB = 1 << 20
 
 
 def gib_bytes(value, flag: str) -> int:
@@ -55,8 +54,22 @@ def _weights(args, spec) -> tuple[int, str]:
     return ceil_div(total, gpus), f"estimated: {args.weight_dtype} parameters / {gpus} GPU(s)"
 
 
+def check_parallel_flags(args) -> None:
+    """--tensor-parallel-size and --pipeline-parallel-size: integers >= 1, named by their flag."""
+    require_int(args.tensor_parallel_size, "--tensor-parallel-size", low=1)
+    require_int(args.pipeline_parallel_size, "--pipeline-parallel-size", low=1)
+
+
+def report_ignored_keys(model) -> None:
+    """``--verbose``: one stderr line listing the config keys kvlib ignores (none can change the cache)."""
+    keys = ignored_keys(model_config(model))
+    listed = ", ".join(keys) if keys else "none"
+    sys.stderr.write(f"kvlib: ignored config keys (they cannot change the KV cache): {listed}\n")
+
+
 def run_capacity(args) -> int:
     """The handler of ``python -m kvlib capacity`` (argparse namespace in, exit status out)."""
+    check_parallel_flags(args)
     spec = resolve_model(args.model)
     weights, weights_source = _weights(args, spec)
     capacity = vllm_capacity(
@@ -80,6 +93,8 @@ def run_capacity(args) -> int:
             f"kvlib: warning: --max-model-len {capacity.max_model_len:,} exceeds {spec.name}'s maximum of "
             f"{spec.max_context:,} tokens (vLLM needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or rope scaling)\n"
         )
+    if args.verbose:
+        report_ignored_keys(args.model)
     if args.json:
         print(
             json.dumps({**asdict(capacity), "weights": weights_source, "log_lines": vllm_log_lines(capacity)})
@@ -146,6 +161,11 @@ def add_capacity_command(subparsers) -> None:
     cap.add_argument("--pipeline-parallel-size", type=int, default=1, help="vLLM's flag (default 1)")
     cap.add_argument("--max-num-batched-tokens", type=int, default=8192, help="vLLM's flag (default 8192)")
     cap.add_argument("--json", action="store_true", help="print one JSON object")
+    cap.add_argument(
+        "--verbose",
+        action="store_true",
+        help="list on stderr the config keys kvlib ignores (none can change the KV cache)",
+    )
     cap.set_defaults(func=run_capacity)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.sizing.dtypes import KVDtype
 
 MINMAX_META_BYTES = 4  # an fp16 scale + an fp16 zero point per group (kvlib.sizing.dtypes' int8/int4)
@@ -105,6 +106,9 @@ class KVQuantFormat:
         Quantized tokens at :meth:`quantized_bytes_per_token`, plus the residual's
         ``num_residual(num_tokens)`` tokens at ``element_bytes`` per value (fp16: 2).
         """
+        require_int(num_tokens, "num_tokens", low=0)
+        require_int(head_dim, "head_dim", low=1)
+        require_int(element_bytes, "element_bytes", low=1)
         residual = self.num_residual(num_tokens)
         full = residual * 2 * head_dim * element_bytes
         if self.bits is None:

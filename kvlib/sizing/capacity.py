@@ -18,14 +18,23 @@ from kvlib import KVLibError
 from kvlib.checks import require_int
 from kvlib.sizing.catalog import resolve_model
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
+from kvlib.sizing.layer_groups import require_count
 from kvlib.sizing.parallel import kv_heads_per_gpu, per_gpu_bytes
-from kvlib.sizing.spec import ModelSpec, cache_bytes, cache_size
+from kvlib.sizing.spec import ModelSpec, cache_bytes, cache_size, require_spec
 from kvlib.units import GiB, ceil_div
+
+# The largest memory, in GiB, that the CLI, the widget and the calculators accept (one PiB): beyond
+# it a float times GiB loses integer precision.
+MAX_GIB = 1 << 20
+# The most parameters weight_bytes counts: a million times the largest published model (~2 x 10**12).
+MAX_PARAMETERS = 10**18
 
 
 def weight_bytes(num_parameters: int, dtype: str | KVDtype = "bf16") -> int:
     """Bytes of the weights: parameters x bytes per parameter (integer formats include their scales)."""
     require_int(num_parameters, "num_parameters", low=1)
+    if num_parameters > MAX_PARAMETERS:
+        raise KVLibError(f"num_parameters must be at most {MAX_PARAMETERS:,}, not {num_parameters}"[:200])
     dtype = kv_dtype(dtype)
     if not dtype.group_size:
         return num_parameters * dtype.bits // 8
@@ -73,6 +82,7 @@ def max_batch(
     Under tensor/pipeline parallelism ``gpu_bytes``, ``weights`` and ``overhead_bytes`` are one
     GPU's, and the cache is the fullest GPU's share (:func:`kvlib.sizing.parallel.per_gpu_bytes`).
     """
+    require_spec(spec)
     free = free_bytes(gpu_bytes, weights, overhead_bytes)
     layout = tensor_parallel_size, pipeline_parallel_size
     return max(0, free // per_gpu_bytes(spec, context, 1, dtype, *layout))
@@ -94,9 +104,12 @@ def max_context(
     0 if not even one token per sequence fits. Under tensor/pipeline parallelism the memory is
     one GPU's and the cache the fullest GPU's share, as in :func:`max_batch`.
     """
-    require_int(batch, "batch", low=1)
+    require_spec(spec)
+    require_count(batch, "batch", low=1)
+    if limit is not None:
+        require_count(limit, "limit", low=1)
     free = free_bytes(gpu_bytes, weights, overhead_bytes)
-    high = limit or spec.max_context
+    high = spec.max_context if limit is None else limit
     if high is None:
         raise KVLibError(f"{spec.name} has no maximum context; pass limit=")
 
@@ -127,6 +140,10 @@ def capacity_table(
     The max context stops at the model's own maximum (``spec.max_context``); the last column
     says whether that or memory set it (chapter 2's capacity table).
     """
+    require_spec(spec)
+    require_int(gpu_bytes, "gpu_bytes", low=1)
+    if isinstance(kv_dtypes, str) or not isinstance(kv_dtypes, (list, tuple)):
+        raise KVLibError(f"kv_dtypes must be a list of KV dtype names, not {kv_dtypes!r:.60}")
     weights = weight_bytes(num_parameters, weight_dtype)
     rows = []
     for name in kv_dtypes:
@@ -183,6 +200,7 @@ def size_summary(
     )
     vectors, length = spec.cached_vectors
     counts = spec.layer_groups.counts()
+    image_layers = [(kind, n) for kind, n in counts.items() if kind.caches and kind.fixed_tokens is not None]
     return {
         "model": spec.name,
         "kind": spec.attention_kind,
@@ -197,6 +215,9 @@ def size_summary(
         "vectors_per_token_per_layer": vectors,
         "sliding_window_layers": sum(n for kind, n in counts.items() if kind.caches and kind.window),
         "cross_attention_tokens": spec.cross_attention_tokens,
+        # Llama-3.2-Vision: layers that cache a fixed number of image tokens, and that number
+        "image_cross_attention_layers": sum(n for kind, n in image_layers),
+        "image_tokens": max((kind.fixed_tokens for kind, _ in image_layers), default=0),
         "bytes_per_token": size.bytes_per_token,
         "self_attention_bytes": size.self_attention_bytes,
         "cross_attention_bytes": size.cross_attention_bytes,
@@ -228,13 +249,15 @@ def format_summary(summary: dict) -> str:
     ]
     if s["cross_attention_bytes"]:
         lines.append(("self-attn", format_bytes_gib(s["self_attention_bytes"])))
-        lines.append(
-            (
-                "cross-attn",
-                format_bytes_gib(s["cross_attention_bytes"])
-                + f" ({s['cross_attention_tokens']:,} encoder positions)",
+        what = []  # what the cross-attention caches: encoder positions, image tokens, or both
+        if s["cross_attention_tokens"]:
+            what.append(f"{s['cross_attention_tokens']:,} encoder positions")
+        if s.get("image_tokens"):
+            what.append(
+                f"{s['image_tokens']:,} image tokens in {s['image_cross_attention_layers']:,} "
+                "cross-attention layers"
             )
-        )
+        lines.append(("cross-attn", format_bytes_gib(s["cross_attention_bytes"]) + f" ({'; '.join(what)})"))
     lines.append(("total", format_bytes_gib(s["total_bytes"])))
     if s.get("tensor_parallel_size", 1) * s.get("pipeline_parallel_size", 1) > 1:
         lines.append(

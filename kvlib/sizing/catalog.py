@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from kvlib import KVLibError
-from kvlib.sizing.config_reader import path_kind, spec_from_config
+from kvlib.sizing.config_reader import load_config, path_kind, spec_from_config
 from kvlib.sizing.dtypes import KV_DTYPES, KVDtype
 from kvlib.sizing.spec import ModelSpec, bytes_per_token, cache_size
 
@@ -134,12 +134,7 @@ def resolve_model(
         raise KVLibError("a model name must not be empty: give a catalog name or a config.json path")
     path = Path(text)
     lengths = {"encoder_tokens": encoder_tokens, "image_tokens": image_tokens}
-    if (
-        text.lower().endswith(".json")
-        or "/" in text
-        or "\\" in text
-        or path_kind(path) in ("file", "directory")
-    ):
+    if _is_path(text):
         return spec_from_config(path, name=path.name, **lengths)
     entry = catalog_entry(text)
     if encoder_tokens is None and image_tokens is None:
@@ -147,6 +142,23 @@ def resolve_model(
     return spec_from_config(
         dict(entry.config), name=entry.name, max_context=entry.spec.max_context, **lengths
     )
+
+
+def _is_path(text: str) -> bool:
+    return (
+        text.lower().endswith(".json")
+        or "/" in text
+        or "\\" in text
+        or path_kind(Path(text)) in ("file", "directory")
+    )
+
+
+def model_config(model: str | Path) -> dict:
+    """The raw ``config.json`` of what :func:`resolve_model` accepts: a catalog model's quoted
+    fields, or the file at a path (``--verbose`` lists the keys of it that kvlib ignores)."""
+    if not isinstance(model, (str, Path)) or not str(model).strip():
+        raise KVLibError(f"a model must be a catalog name or a path, not {model!r:.60}")
+    return load_config(Path(str(model))) if _is_path(str(model)) else catalog_config(str(model))
 
 
 def catalog_table(dtype: str | KVDtype = "fp16") -> list[dict]:

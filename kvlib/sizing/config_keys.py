@@ -8,6 +8,9 @@ key that *looks* as if it could change the cache (its name matches
 a stated reason (:data:`IGNORED_KEYS`: the key is about weights, training, tokens, RoPE
 frequencies or the vision tower, none of which changes how many K/V bytes a token adds).
 Keys that match nothing (``vocab_size``, ``torch_dtype`` ...) pass.
+
+The rule, then: a key that cannot change the cache is ignored (:func:`ignored_keys` lists them,
+``python -m kvlib size --verbose`` prints them); a key that could is read, or refused by name.
 """
 
 from __future__ import annotations
@@ -116,6 +119,9 @@ IGNORED_KEYS = frozenset(
         "scale_attn_weights", "scale_attention_softmax_in_fp32", "attn_scale", "attn_rotary_emb",
         "normalization_layer_name", "add_final_layer_norm", "init_config", "ffn_dim_divisor", "seq_aux",
         "shared_intermediate_size", "_attn_implementation_autoset", "pre_allocate_kv_cache",
+        # BLOOM's ALiBi offset, StableLM-2's q/k/v biases, transformers' choice of attention kernel
+        # (InternLM2.5): how scores are computed, not how many K/V values are kept
+        "offset_alibi", "use_qkv_bias", "attn_implementation", "_attn_implementation",
         # the context before RoPE scaling (the model's maximum is max_position_embeddings)
         "original_max_position_embeddings", "initial_context_length",
     }
@@ -132,7 +138,30 @@ def check_keys(config: dict, where: str = "config") -> None:
             continue
         if key in KNOWN_KEYS or key in IGNORED_KEYS or not SIZE_RELEVANT.search(key):
             continue
+        shown = repr(key) if len(key) <= 80 else repr(key[:60]) + f"... ({len(key):,} characters)"
         raise KVLibError(
-            f"{where} has the key {key!r}, which could change the KV cache's size and which kvlib "
+            f"{where} has the key {shown}, which could change the KV cache's size and which kvlib "
             "does not understand; remove it if it does not apply, or report it"
         )
+
+
+# The nested objects whose keys the reader checks like the top level's.
+NESTED_CHECKED = ("text_config", "attn_config")
+
+
+def ignored_keys(config: dict) -> list[str]:
+    """The keys of ``config`` (and of its text_config and attn_config, as ``text_config.key``) that
+    kvlib does not read: the ones :data:`IGNORED_KEYS` names and those no size-relevant name matches.
+
+    None of them can change the cache's size (:func:`check_keys` refuses the others), so the
+    reader ignores them; ``python -m kvlib size --verbose`` lists them. The vision tower's keys
+    are not listed: only :data:`VISION_KEYS_READ` of them are read.
+    """
+    ignored = []
+    for prefix, part in (("", config), *((f"{k}.", config.get(k)) for k in NESTED_CHECKED)):
+        if not isinstance(part, dict):
+            continue
+        for key in part:
+            if isinstance(key, str) and key not in KNOWN_KEYS:
+                ignored.append(prefix + key)
+    return ignored

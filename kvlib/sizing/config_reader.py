@@ -32,7 +32,7 @@ from pathlib import Path
 from kvlib import KVLibError
 from kvlib.checks import require_int
 from kvlib.sizing.config_keys import KNOWN_KEYS, check_keys
-from kvlib.sizing.layer_groups import LayerGroups, LayerKind
+from kvlib.sizing.layer_groups import MAX_COUNT, MAX_LISTED_LAYERS, LayerGroups, LayerKind, require_count
 from kvlib.sizing.layer_pattern import layer_groups_from_config, layer_readings
 from kvlib.sizing.spec import ModelSpec
 
@@ -131,7 +131,7 @@ def _get(config: dict, key: str, required: bool = True, low: int = 1):
     """config[key] under any of its spellings, an integer >= ``low``; contradictory spellings are an error."""
     found = {name: config[name] for name in _ALIASES.get(key, (key,)) if config.get(name) is not None}
     for name, value in found.items():
-        require_int(value, f"config key {name!r}", low)
+        require_count(value, f"config key {name!r}", low)
     if len(set(found.values())) > 1:
         raise KVLibError(f"config contradicts itself: {', '.join(f'{k}={v}' for k, v in found.items())}")
     if found:
@@ -162,7 +162,23 @@ def _image_tokens(config: dict) -> int:
     if not isinstance(vision, dict):
         raise KVLibError("config has cross_attention_layers but no vision_config to count the image tokens")
     size, patch, tiles = (_get(vision, key) for key in ("image_size", "patch_size", "max_num_tiles"))
-    return tiles * ((size // patch) ** 2 + 1)
+    tokens = tiles * ((size // patch) ** 2 + 1)
+    if tokens > MAX_COUNT:
+        raise KVLibError(
+            f"config's vision_config gives {tokens:,} image tokens (max_num_tiles x ((image_size / "
+            f"patch_size)^2 + 1)), beyond the {MAX_COUNT:,} kvlib sizes"[:200]
+        )
+    return tokens
+
+
+def _check_model_type(config: dict, where: str = "config") -> None:
+    model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise KVLibError(f"{where}'s model_type must be a string, not {type(model_type).__name__}")
+
+
+# The longest model name a config may give (_name_or_path): real ones are a few dozen characters.
+MAX_NAME_CHARS = 200
 
 
 def spec_from_config(
@@ -182,6 +198,9 @@ def spec_from_config(
     """
     raw = load_config(config)
     check_keys(raw)
+    _check_model_type(raw)
+    if isinstance(raw.get("text_config"), dict):
+        _check_model_type(raw["text_config"], "config's text_config")
     asked_image_tokens = image_tokens is not None  # the reader's default below is not a request
     model_type = raw.get("model_type")
     if model_type in NO_KV_MODEL_TYPES:
@@ -196,11 +215,16 @@ def spec_from_config(
     name = name or raw.get("_name_or_path") or model_type or "model from config"
     if not isinstance(name, str):
         raise KVLibError(f"config's _name_or_path must be a string, not {type(name).__name__}")
+    if name == raw.get("_name_or_path") and (len(name) > MAX_NAME_CHARS or not name.isprintable()):
+        raise KVLibError(
+            f"config's _name_or_path must be printable text of at most {MAX_NAME_CHARS} characters, "
+            f"not {name[:60]!r}{'...' if len(name) > 60 else ''}"
+        )
     for key, value in (("max_context", max_context), ("encoder_tokens", encoder_tokens)):
         if value is not None:
-            require_int(value, key, low=1)
+            require_count(value, key, low=1)
     if image_tokens is not None:
-        require_int(image_tokens, "image_tokens", low=0)
+        require_count(image_tokens, "image_tokens", low=0)
     if config.get("pre_seq_len") is not None:
         raise KVLibError(
             "config's pre_seq_len (P-tuning prefix tokens in every layer's cache) is not supported"
@@ -270,10 +294,15 @@ def _per_layer_heads(config: dict, num_layers: int, image_tokens) -> tuple[int, 
     lists = {}
     for key in ("num_query_heads", "num_kv_heads"):
         values = config.get(key)
+        if isinstance(values, list) and len(values) > MAX_LISTED_LAYERS:
+            raise KVLibError(
+                f"config's {key} lists {len(values):,} layers; kvlib reads per-layer lists of at most "
+                f"{MAX_LISTED_LAYERS:,} layers"
+            )
         if not isinstance(values, list) or len(values) != num_layers:
             raise KVLibError(f"config's {key} must list {num_layers:,} head counts (one per layer)")
         for value in values:
-            require_int(value, f"an entry of config's {key}", low=1)
+            require_count(value, f"an entry of config's {key}", low=1)
         lists[key] = values
     if layer_readings(config, num_layers, image_tokens):
         raise KVLibError(

@@ -15,7 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.units import ceil_div
+
+# The widest stored value kvlib sizes (fp64 is 64 bits); a format wider than this is a typo.
+MAX_BITS = 64
 
 
 @dataclass(frozen=True)
@@ -27,8 +31,17 @@ class KVDtype:
     group_size: int | None = None  # values sharing one scale (and zero point); None: no per-group metadata
     meta_bytes: int = 0  # bytes of metadata per group: fp16 scale + fp16 zero point = 4
 
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise KVLibError(f"a KVDtype's name must be a non-empty string, not {self.name!r:.60}")
+        require_int(self.bits, "bits", low=1, high=MAX_BITS)
+        if self.group_size is not None:
+            require_int(self.group_size, "group_size", low=1)
+        require_int(self.meta_bytes, "meta_bytes", low=0)
+
     def vector_bytes(self, length: int) -> int:
         """Bytes of one stored vector of ``length`` values (a key, a value, or an MLA latent)."""
+        require_int(length, "length", low=0)
         data = ceil_div(length * self.bits, 8)  # ceil: a 4-bit vector of odd length still fills its last byte
         groups = ceil_div(length, self.group_size) if self.group_size else 0
         return data + groups * self.meta_bytes
@@ -57,6 +70,6 @@ def kv_dtype(dtype: str | KVDtype) -> KVDtype:
     """A :class:`KVDtype` from its name (``"fp16"``, ``"int4"`` ...) or itself."""
     if isinstance(dtype, KVDtype):
         return dtype
-    if dtype not in KV_DTYPES:
-        raise KVLibError(f"unknown KV dtype {dtype!r}; choose from {', '.join(KV_DTYPES)}")
+    if not isinstance(dtype, str) or dtype not in KV_DTYPES:
+        raise KVLibError(f"unknown KV dtype {dtype!r:.60}; choose from {', '.join(KV_DTYPES)}")
     return KV_DTYPES[dtype]

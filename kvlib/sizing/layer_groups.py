@@ -15,11 +15,23 @@ listing the layers.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from itertools import islice
 
 from kvlib import KVLibError
+from kvlib.checks import MAX_MESSAGE, require_int
+
+# Every count kvlib sizes (layers, heads, values per head, windows, tokens, sequences) is at most this:
+# far above any published model (a few hundred layers, a few million tokens of context), and low
+# enough that every byte count of such counts stays a finite float when it is shown in GiB.
+MAX_COUNT = 10**12
+# A layer stack given layer by layer (a config's layer_types, hybrid_override_pattern,
+# attn_layer_indices, ...; a pattern period; a hand-built spec's attention_layers) may list at most
+# this many layers: far above any published model, and few enough to read in well under a second.
+MAX_LISTED_LAYERS = 1_000_000
 
 # Stacks up to this many layers are stored in one canonical form (their shortest repeating
 # pattern), so that two descriptions of the same stack compare equal.
@@ -64,10 +76,20 @@ class LayerRun:
         """Layers this run spans."""
         return len(self.pattern) * self.repeats
 
+    @cached_property
+    def offsets(self) -> dict[LayerKind, list[int]]:
+        """Per kind, its increasing offsets in the pattern (computed once: a long listed pattern is
+        walked once, and every count after it is a bisection)."""
+        where: dict[LayerKind, list[int]] = {}
+        for offset, kind in enumerate(self.pattern):
+            where.setdefault(kind, []).append(offset)
+        return where
 
-def _count_below(x: int, offset: int, period: int) -> int:
-    """How many j in 0..x-1 have j % period == offset."""
-    return max(0, (x - offset + period - 1) // period)
+    def count_below(self, x: int) -> dict[LayerKind, int]:
+        """How many of this run's first ``x`` layers are of each kind."""
+        period = len(self.pattern)
+        full, rest = divmod(x, period)
+        return {kind: full * len(at) + bisect_left(at, rest) for kind, at in self.offsets.items()}
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,7 @@ class LayerGroups:
     def periodic(cls, pattern: Sequence[LayerKind], num_layers: int) -> LayerGroups:
         """Layer i of kind ``pattern[i % len(pattern)]`` for i < ``num_layers``."""
         pattern = tuple(pattern)
+        _check_listed(len(pattern))
         full, rest = divmod(num_layers, len(pattern))
         runs = [LayerRun(pattern, full)] if full else []
         if rest:
@@ -99,6 +122,7 @@ class LayerGroups:
     @classmethod
     def from_kinds(cls, kinds: Sequence[LayerKind]) -> LayerGroups:
         """One kind per layer, as a config that lists its layers gives them."""
+        _check_listed(len(kinds))
         return cls((LayerRun(tuple(kinds), 1),)).canonical()
 
     @classmethod
@@ -148,11 +172,10 @@ class LayerGroups:
             first += run.num_layers
             if lo >= hi:
                 continue
-            period = len(run.pattern)
-            for offset, kind in enumerate(run.pattern):
-                n = _count_below(hi, offset, period) - _count_below(lo, offset, period)
-                if n:
-                    counts[kind] = counts.get(kind, 0) + n
+            high, low = run.count_below(hi), run.count_below(lo)
+            for kind, n in high.items():
+                if n - low[kind]:
+                    counts[kind] = counts.get(kind, 0) + n - low[kind]
         return counts
 
     def with_each(self, **changes) -> LayerGroups:
@@ -166,6 +189,25 @@ class LayerGroups:
         for run in self.runs:
             for _ in range(run.repeats):
                 yield from run.pattern
+
+
+def require_count(value, name: str, low: int = 1) -> int:
+    """``value`` as an int if it is an integer from ``low`` to :data:`MAX_COUNT`; else a KVLibError
+    naming ``name``, the value and the bound it breaks (require_int's words below ``low``)."""
+    value = require_int(value, name, low)
+    if value > MAX_COUNT:
+        raise KVLibError(
+            f"{name} must be at most {MAX_COUNT:,} (kvlib's bound on counts), not {value}"[:MAX_MESSAGE]
+        )
+    return value
+
+
+def _check_listed(n: int) -> None:
+    if n > MAX_LISTED_LAYERS:
+        raise KVLibError(
+            f"a layer pattern of {n:,} layers is beyond the {MAX_LISTED_LAYERS:,} that kvlib lists "
+            "layer by layer"
+        )
 
 
 def _shortest_period(kinds: tuple[LayerKind, ...]) -> tuple[LayerKind, ...]:
@@ -258,19 +300,19 @@ def groups_from_lists(
         )
     kinds = list(base.kinds()) if base is not None else [FULL_ATTENTION] * num_layers
     if attention_layers is not None:
-        layers = tuple(attention_layers)
+        layers = _as_tuple(attention_layers, "attention_layers", num_layers)
         if (
             any(not isinstance(i, int) or isinstance(i, bool) for i in layers)
             or sorted(set(layers)) != list(layers)
             or (layers and (layers[0] < 0 or layers[-1] >= num_layers))
         ):
             raise KVLibError(
-                f"attention_layers must be increasing indices in 0..{num_layers - 1}, not {layers}"
+                f"attention_layers must be increasing indices in 0..{num_layers - 1}, not {layers}"[:200]
             )
         chosen = set(layers)
         kinds = [replace(k, caches=i in chosen) for i, k in enumerate(kinds)]
     if sliding_windows is not None:
-        windows = tuple(sliding_windows)
+        windows = _as_tuple(sliding_windows, "sliding_windows", num_layers)
         if len(windows) != num_layers:
             raise KVLibError(f"sliding_windows has {len(windows)} entries for {num_layers} layers")
         for window in windows:
@@ -278,3 +320,14 @@ def groups_from_lists(
                 raise KVLibError(f"sliding_window must be an integer >= 1, not {window!r}")
         kinds = [replace(k, window=w) for k, w in zip(kinds, windows, strict=True)]
     return LayerGroups.from_kinds(kinds)
+
+
+def _as_tuple(values, name: str, num_layers: int) -> tuple:
+    """A per-layer list or tuple as a tuple; a KVLibError naming ``name`` for anything else."""
+    is_list = isinstance(values, Sequence) and not isinstance(values, (str, bytes))
+    if not is_list or len(values) > num_layers:
+        shown = f"{len(values):,} entries" if is_list else repr(values)
+        raise KVLibError(
+            f"{name} must be a list of at most {num_layers:,} per-layer entries, not {shown}"[:200]
+        )
+    return tuple(values)

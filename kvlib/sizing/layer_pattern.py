@@ -32,8 +32,15 @@ When a config spells the pattern twice (recent Gemma-3 configs carry ``layer_typ
 from __future__ import annotations
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
-from kvlib.sizing.layer_groups import FULL_ATTENTION, NO_CACHE, LayerGroups, LayerKind
+from kvlib.sizing.layer_groups import (
+    FULL_ATTENTION,
+    MAX_LISTED_LAYERS,
+    NO_CACHE,
+    LayerGroups,
+    LayerKind,
+    LayerRun,
+    require_count,
+)
 
 # layer_types entries of layers that keep no KV cache (Mamba, linear attention, ... in hybrid models)
 NON_ATTENTION_LAYER_TYPES = ("mamba", "linear_attention", "conv", "mlp", "moe", "recurrent")
@@ -44,6 +51,9 @@ FULL_LAYER_TYPES = ("full_attention", "attention")
 DEFAULT_PATTERN = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 # model types whose sliding_window applies only when use_sliding_window is true (default false)
 QWEN2_LIKE = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_audio")
+# Indices (attn_layer_indices, cross_attention_layers) kvlib reads of a stack longer than
+# MAX_LISTED_LAYERS, where it keeps runs instead of listing the layers (published models: a few dozen).
+MAX_SPARSE_INDICES = 10_000
 # Letters of Nemotron-H's hybrid_override_pattern, and whether such a layer caches K/V
 HYBRID_LETTERS = {"*": True, "M": False, "-": False, "E": False}
 
@@ -52,16 +62,25 @@ def _int(config: dict, key: str, low: int = 1, default=None):
     value = config.get(key)
     if value is None:
         return default
-    require_int(value, f"config key {key!r}", low)
-    return value
+    return require_count(value, f"config key {key!r}", low)
+
+
+def _listed(key: str, n: int) -> None:
+    """Refuse a per-layer list (or a pattern period) longer than kvlib lists layer by layer."""
+    if n > MAX_LISTED_LAYERS:
+        raise KVLibError(
+            f"config's {key} lists {n:,} layers; kvlib reads per-layer patterns of at most "
+            f"{MAX_LISTED_LAYERS:,} layers"
+        )
 
 
 def _int_list(config: dict, key: str, low: int = 0) -> list[int]:
     values = config[key]
     if not isinstance(values, list):
         raise KVLibError(f"config's {key} must be a list of integers, not {type(values).__name__}")
+    _listed(key, len(values))
     for value in values:
-        require_int(value, f"an entry of config's {key}", low)
+        require_count(value, f"an entry of config's {key}", low)
     return values
 
 
@@ -83,23 +102,32 @@ def _need(value, what: str, key: str):
 
 def _from_layer_types(config: dict, num_layers: int, key: str = "layer_types") -> LayerGroups:
     types = config[key]
+    if isinstance(types, list):
+        _listed(key, len(types))
     if not isinstance(types, list) or len(types) != num_layers:
         raise KVLibError(f"config's {key} must list {num_layers:,} layer types (num_hidden_layers)")
     window, chunk = _window(config), _int(config, "attention_chunk_size")
     kinds = {t: FULL_ATTENTION for t in FULL_LAYER_TYPES} | {t: NO_CACHE for t in NON_ATTENTION_LAYER_TYPES}
-    for layer_type in set(map(str, types)):
+    for layer_type in {t for t in types if isinstance(t, str)}:
         if layer_type == "sliding_attention":
             kinds[layer_type] = LayerKind(window=_need(window, "sliding_window", key))
         elif layer_type == "chunked_attention":
             kinds[layer_type] = LayerKind(window=_need(chunk, "attention_chunk_size", key))
     for layer_type in types:
         if not isinstance(layer_type, str) or layer_type not in kinds:
-            raise KVLibError(f"config's {key} has an unknown type {layer_type!r}")
+            raise KVLibError(f"config's {key} has an unknown type {layer_type!r}"[:200])
     return LayerGroups.from_kinds([kinds[t] for t in types])
 
 
-def _from_global_every(num_layers: int, every: int, local: LayerKind) -> LayerGroups:
-    """Layer i global (full attention) when (i + 1) % every == 0, else ``local``."""
+def _from_global_every(num_layers: int, every: int, local: LayerKind, key: str) -> LayerGroups:
+    """Layer i global (full attention) when (i + 1) % every == 0, else ``local``.
+
+    A period longer than the stack has no global layer in it: all layers are ``local`` (no
+    pattern of ``every`` entries is built); a shorter one is listed, up to MAX_LISTED_LAYERS.
+    """
+    if every > num_layers:
+        return LayerGroups.uniform(local, num_layers)
+    _listed(key, every)
     return LayerGroups.periodic([local] * (every - 1) + [FULL_ATTENTION], num_layers)
 
 
@@ -107,18 +135,31 @@ def _from_indices(config: dict, key: str, num_layers: int, chosen: LayerKind, re
     indices = _int_list(config, key)
     if sorted(set(indices)) != indices or (indices and indices[-1] >= num_layers):
         raise KVLibError(f"config's {key} must be increasing layer indices below {num_layers:,}")
-    previous, runs = 0, []
+    if num_layers <= MAX_LISTED_LAYERS:  # list the layers: one pass, whatever the number of indices
+        kinds = [rest] * num_layers
+        for index in indices:
+            kinds[index] = chosen
+        return LayerGroups.from_kinds(kinds)
+    if len(indices) > MAX_SPARSE_INDICES:
+        raise KVLibError(
+            f"config's {key} lists {len(indices):,} layers of a {num_layers:,}-layer stack; beyond "
+            f"{MAX_LISTED_LAYERS:,} layers kvlib reads at most {MAX_SPARSE_INDICES:,} such indices"
+        )
+    previous, runs = 0, []  # a huge stack: one run per gap and per chosen layer
     for index in indices:
-        runs.append(LayerGroups.uniform(rest, index - previous) if index > previous else None)
-        runs.append(LayerGroups.uniform(chosen, 1))
+        if index > previous:
+            runs.append(LayerRun((rest,), index - previous))
+        runs.append(LayerRun((chosen,), 1))
         previous = index + 1
     if previous < num_layers:
-        runs.append(LayerGroups.uniform(rest, num_layers - previous))
-    return LayerGroups.concat(*(r for r in runs if r is not None))
+        runs.append(LayerRun((rest,), num_layers - previous))
+    return LayerGroups(tuple(runs)).canonical()
 
 
 def _from_hybrid_pattern(config: dict, num_layers: int) -> LayerGroups:
     pattern = config["hybrid_override_pattern"]
+    if isinstance(pattern, str):
+        _listed("hybrid_override_pattern", len(pattern))
     if not isinstance(pattern, str) or len(pattern) != num_layers:
         raise KVLibError(f"config's hybrid_override_pattern must be a string of {num_layers:,} letters")
     unknown = sorted(set(pattern) - set(HYBRID_LETTERS))
@@ -138,7 +179,10 @@ def _from_period(config: dict, num_layers: int) -> LayerGroups:
         )
     window = _window(config)
     attention = FULL_ATTENTION if window is None else LayerKind(window=window)
-    return LayerGroups.periodic([attention if i == offset else NO_CACHE for i in range(period)], num_layers)
+    listed = min(period, num_layers)  # a period beyond the stack: only its first num_layers layers exist
+    _listed("attn_layer_period", listed)
+    pattern = [attention if i == offset else NO_CACHE for i in range(listed)]
+    return LayerGroups.periodic(pattern, num_layers)
 
 
 def _from_no_rope(config: dict, num_layers: int) -> LayerGroups:
@@ -151,7 +195,7 @@ def _from_no_rope(config: dict, num_layers: int) -> LayerGroups:
             raise KVLibError(f"config's no_rope_layers must list {num_layers:,} flags, each 0 or 1")
         return LayerGroups.from_kinds([LayerKind(window=chunk) if f else FULL_ATTENTION for f in flags])
     every = _int(config, "no_rope_layer_interval", default=4)
-    return _from_global_every(num_layers, every, LayerKind(window=chunk))
+    return _from_global_every(num_layers, every, LayerKind(window=chunk), "no_rope_layer_interval")
 
 
 def _from_qwen2(config: dict, num_layers: int) -> LayerGroups:
@@ -167,6 +211,8 @@ def _from_qwen2(config: dict, num_layers: int) -> LayerGroups:
 def layer_readings(config: dict, num_layers: int, image_tokens: int | None) -> dict[str, LayerGroups]:
     """Every reading of the layer pattern this config spells, by the key that spells it."""
     model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise KVLibError(f"config's model_type must be a string, not {type(model_type).__name__}")
     window = _window(config)  # checked here, whichever spelling uses it
     attention = FULL_ATTENTION if window is None else LayerKind(window=window)
     readings = {}
@@ -185,7 +231,7 @@ def layer_readings(config: dict, num_layers: int, image_tokens: int | None) -> d
     pattern = internal or pattern
     if pattern is not None and _window(config) is not None:
         readings["sliding_window_pattern"] = _from_global_every(
-            num_layers, pattern, LayerKind(window=_window(config))
+            num_layers, pattern, LayerKind(window=_window(config)), "sliding_window_pattern"
         )
     if config.get("attn_layer_indices") is not None:
         readings["attn_layer_indices"] = _from_indices(
@@ -197,7 +243,9 @@ def layer_readings(config: dict, num_layers: int, image_tokens: int | None) -> d
         readings["attn_layer_period"] = _from_period(config, num_layers)
     interval = _int(config, "full_attention_interval")
     if interval is not None:
-        readings["full_attention_interval"] = _from_global_every(num_layers, interval, NO_CACHE)
+        readings["full_attention_interval"] = _from_global_every(
+            num_layers, interval, NO_CACHE, "full_attention_interval"
+        )
     if config.get("attention_chunk_size") is not None and "layer_types" not in readings:
         readings["no_rope_layers"] = _from_no_rope(config, num_layers)
     if config.get("use_sliding_window") and _window(config) is not None and model_type in QWEN2_LIKE:

@@ -41,11 +41,13 @@ from kvlib.checks import require_int
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
 from kvlib.sizing.layer_groups import (
     FULL_ATTENTION,
+    MAX_LISTED_LAYERS,
     AttentionLayers,
     LayerGroups,
     LayerKind,
     SlidingWindows,
     groups_from_lists,
+    require_count,
 )
 from kvlib.units import GiB
 
@@ -84,11 +86,11 @@ class ModelSpec:
         if not isinstance(self.name, str):
             raise KVLibError(f"a ModelSpec's name must be a string, not {type(self.name).__name__}")
         for key in ("num_layers", "num_heads", "num_kv_heads", "head_dim"):
-            require_int(getattr(self, key), key, low=1)
+            require_count(getattr(self, key), key, low=1)
         for key in ("cross_attention_tokens", "num_encoder_layers"):
-            require_int(getattr(self, key), key, low=0)
+            require_count(getattr(self, key), key, low=0)
         if self.max_context is not None:
-            require_int(self.max_context, "max_context", low=1)
+            require_count(self.max_context, "max_context", low=1)
         if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
             raise KVLibError(
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
@@ -109,8 +111,8 @@ class ModelSpec:
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise KVLibError("MLA needs both kv_lora_rank and qk_rope_head_dim")
         if self.is_mla:
-            require_int(self.kv_lora_rank, "kv_lora_rank", low=1)
-            require_int(self.qk_rope_head_dim, "qk_rope_head_dim", low=1)
+            require_count(self.kv_lora_rank, "kv_lora_rank", low=1)
+            require_count(self.qk_rope_head_dim, "qk_rope_head_dim", low=1)
 
     def _groups(self) -> LayerGroups:
         """The layer stack: ``layer_groups`` as given, or built from the per-layer tuples."""
@@ -169,18 +171,14 @@ class ModelSpec:
         )
 
 
-# Hand-built specs may list their layers (attention_layers, sliding_windows) up to this many layers.
-MAX_LISTED_LAYERS = 1_000_000
-
-
 def _check_kind(kind: LayerKind) -> None:
     """A layer kind's own numbers must be sound (the reader checks configs; this checks hand-built stacks)."""
     if kind.window is not None:
-        require_int(kind.window, "sliding_window", low=1)
+        require_count(kind.window, "sliding_window", low=1)
     if kind.fixed_tokens is not None:
-        require_int(kind.fixed_tokens, "fixed_tokens", low=0)
+        require_count(kind.fixed_tokens, "fixed_tokens", low=0)
     if kind.num_kv_heads is not None:
-        require_int(kind.num_kv_heads, "a layer's num_kv_heads", low=1)
+        require_count(kind.num_kv_heads, "a layer's num_kv_heads", low=1)
 
 
 def kv_cache_bytes(
@@ -195,12 +193,13 @@ def kv_cache_bytes(
         ("batch", batch),
         ("dtype_bytes", dtype_bytes),
     ):
-        require_int(value, key, low=1)
+        require_count(value, key, low=1)
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * batch * dtype_bytes
 
 
 def token_layer_bytes(spec: ModelSpec, dtype: str | KVDtype = "fp16") -> int:
     """Bytes one token occupies in one attention layer's cache (with the model's num_kv_heads)."""
+    require_spec(spec)
     vectors, length = spec.cached_vectors
     return vectors * kv_dtype(dtype).vector_bytes(length)
 
@@ -223,6 +222,8 @@ def kind_token_bytes(
 
 def bytes_per_token(spec: ModelSpec, dtype: str | KVDtype = "fp16") -> int:
     """Bytes one more token adds to the self-attention cache while it is shorter than every window."""
+    require_spec(spec)
+    dtype = kv_dtype(dtype)
     return sum(
         n * kind_token_bytes(spec, kind, dtype)
         for kind, n in spec.layer_groups.counts().items()
@@ -232,6 +233,9 @@ def bytes_per_token(spec: ModelSpec, dtype: str | KVDtype = "fp16") -> int:
 
 def cached_tokens(spec: ModelSpec, layer: int, context: int) -> int:
     """How many of ``context`` tokens layer ``layer`` keeps: all, at most its window, or a fixed number."""
+    require_spec(spec)
+    require_int(layer, "layer", low=0, high=spec.num_layers - 1)
+    require_count(context, "context", low=0)
     return spec.layer_groups.kind_of(layer).tokens(context)
 
 
@@ -241,7 +245,7 @@ def check_context(spec: ModelSpec, context: int, allow_beyond_max: bool = False)
     Beyond the maximum is an error unless ``allow_beyond_max`` (people size RoPE-scaled,
     e.g. YaRN-extended, contexts: ``python -m kvlib size`` computes them and warns).
     """
-    require_int(context, "context", low=1)
+    require_count(context, "context", low=1)
     beyond = spec.max_context is not None and context > spec.max_context
     if beyond and not allow_beyond_max:
         raise KVLibError(f"context {context:,} exceeds {spec.name}'s maximum of {spec.max_context:,} tokens")
@@ -319,7 +323,7 @@ def cache_size(
     """The KV cache of ``batch`` sequences that have ``context`` tokens each (prompt + generated)."""
     require_spec(spec)
     beyond = check_context(spec, context, allow_beyond_max)
-    require_int(batch, "batch", low=1)
+    require_count(batch, "batch", low=1)
     dtype = kv_dtype(dtype)
     self_bytes, cross_bytes = stack_bytes(spec, spec.layer_groups.counts(), context, batch, dtype)
     return CacheSize(

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 
 from kvlib import KVLibError
 from kvlib.checks import require_int
-from kvlib.sizing.capacity import kv_budget_bytes
+from kvlib.sizing.capacity import MAX_GIB, kv_budget_bytes
 from kvlib.sizing.dtypes import KV_DTYPES
+from kvlib.sizing.layer_groups import require_count
 from kvlib.sizing.parallel import check_parallel, kv_heads_per_gpu, pp_layer_ranges
 from kvlib.sizing.spec import ModelSpec, require_spec
 from kvlib.units import GiB, ceil_div
@@ -232,6 +233,8 @@ def _layout(spec: ModelSpec, page, stages) -> _Layout:
 
 def _require_bytes(value, key: str) -> None:
     require_int(value, key, low=0)
+    if value > MAX_GIB * GiB:
+        raise KVLibError(f"{key} must be at most {MAX_GIB * GiB:,} ({MAX_GIB:,} GiB), not {value}"[:200])
 
 
 def _require_fraction(value) -> None:
@@ -290,6 +293,7 @@ def vllm_capacity(
     """
     require_spec(spec)
     require_int(gpu_memory_bytes, "gpu_memory_bytes", low=1)
+    _require_bytes(gpu_memory_bytes, "gpu_memory_bytes")
     for key, value in (
         ("weight_bytes", weight_bytes),
         ("peak_activation_bytes", peak_activation_bytes),
@@ -298,12 +302,12 @@ def vllm_capacity(
     ):
         _require_bytes(value, key)
     _require_fraction(gpu_memory_utilization)
-    require_int(block_size, "block_size", low=1)
-    require_int(max_num_batched_tokens, "max_num_batched_tokens", low=1)
+    require_count(block_size, "block_size", low=1)
+    require_count(max_num_batched_tokens, "max_num_batched_tokens", low=1)
     max_model_len = spec.max_context if max_model_len is None else max_model_len
     if max_model_len is None:
         raise KVLibError(f"{spec.name} has no maximum context; pass max_model_len")
-    require_int(max_model_len, "max_model_len", low=1)
+    require_count(max_model_len, "max_model_len", low=1)
     value_bytes = bytes_per_value(kv_cache_dtype, model_dtype)
     check_parallel(spec, tensor_parallel_size, pipeline_parallel_size)
 

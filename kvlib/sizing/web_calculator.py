@@ -16,29 +16,18 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from importlib import resources
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
 from kvlib.sizing.capacity import format_bytes_gib, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_export, catalog_names
 from kvlib.sizing.spec import cache_size, token_layer_bytes
-from kvlib.sizing.widget import capacity_report
+from kvlib.sizing.widget import LIMITS, calculator_report
 
-# The widget's choices and bounds (kvlib.sizing.widget.calculator). The bounds keep every byte count
-# below 2**53, where JavaScript numbers are exact integers (tests/sizing/test_web_calculator.py checks it).
+# The widget's choices (kvlib.sizing.widget.calculator); its bounds are kvlib.sizing.widget.LIMITS.
 KV_CHOICES = ("fp16", "bf16", "fp8", "int8", "int4")
 
 WEIGHT_CHOICES = ("bf16", "fp8", "int4")
-
-LIMITS = {
-    "batch": 100_000,
-    "gpu_gib": 100_000,
-    "overhead_gib": 100_000,
-    "tensor_parallel_size": 1024,
-    "pipeline_parallel_size": 1024,
-}
 
 DEFAULTS = {
     "model": "Llama-3-8B",
@@ -51,22 +40,6 @@ DEFAULTS = {
     "tensor_parallel_size": 1,
     "pipeline_parallel_size": 1,
 }
-
-
-def _check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size) -> None:
-    """The form's bounds, checked first as the script checks them (each message names the field)."""
-    for key, name, value in (("gpu_gib", "GPU memory", gpu_gib), ("overhead_gib", "overhead", overhead_gib)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise KVLibError(f"{name} must be a number of GiB, not {value!r}")
-        if value > LIMITS[key]:
-            raise KVLibError(f"{name} must be at most {LIMITS[key]:,} GiB here")
-    for key, value in (
-        ("tensor_parallel_size", tensor_parallel_size),
-        ("pipeline_parallel_size", pipeline_parallel_size),
-    ):
-        require_int(value, key, low=1)
-        if value > LIMITS[key]:
-            raise KVLibError(f"{key} must be at most {LIMITS[key]:,} here")
 
 
 def _parallel_rows(report: dict, batch: int) -> list[tuple[str, str, str]]:
@@ -107,8 +80,7 @@ def answer_rows(
     overhead are per GPU, two rows give the fullest GPU's cache and what one GPU holds, and the
     share, max batch and max context are that GPU's (:func:`kvlib.sizing.widget.capacity_report`).
     """
-    _check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size)
-    report = capacity_report(
+    report = calculator_report(
         model,
         context,
         batch,
@@ -119,8 +91,6 @@ def answer_rows(
         tensor_parallel_size,
         pipeline_parallel_size,
     )
-    if batch > LIMITS["batch"]:
-        raise KVLibError(f"batch must be at most {LIMITS['batch']:,} here")
     entry = catalog_entry(model)
     spec = entry.spec
     one = cache_size(spec, context, 1, kv_dtype)

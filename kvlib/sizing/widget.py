@@ -12,22 +12,74 @@ in the browser.
 
 from __future__ import annotations
 
+import html
 import math
 
 from kvlib import KVLibError
-from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
+from kvlib.checks import require_int
+from kvlib.sizing.capacity import MAX_GIB, max_batch, max_context, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
 from kvlib.sizing.dtypes import KV_DTYPES
 from kvlib.sizing.parallel import check_parallel, kv_heads_per_gpu, per_gpu_bytes, pp_layer_ranges
 from kvlib.sizing.spec import cache_bytes
 from kvlib.units import GiB, ceil_div
 
+# The calculators' bounds (this widget's and the online one's, kvlib/sizing/web_calculator.py): a value
+# beyond one is refused with "... must be at most N here", never clamped. They keep every byte count
+# below 2**53, where JavaScript numbers are exact integers (tests/sizing/test_web_calculator.py checks it).
+LIMITS = {
+    "batch": 100_000,
+    "gpu_gib": 100_000,
+    "overhead_gib": 100_000,
+    "tensor_parallel_size": 1024,
+    "pipeline_parallel_size": 1024,
+}
+
+
+def check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size) -> None:
+    """The form's bounds, checked first as the script checks them (each message names the field)."""
+    for key, name, value in (("gpu_gib", "GPU memory", gpu_gib), ("overhead_gib", "overhead", overhead_gib)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise KVLibError(f"{name} must be a number of GiB, not {value!r}")
+        if value > LIMITS[key]:
+            raise KVLibError(f"{name} must be at most {LIMITS[key]:,} GiB here")
+    for key, value in (
+        ("tensor_parallel_size", tensor_parallel_size),
+        ("pipeline_parallel_size", pipeline_parallel_size),
+    ):
+        require_int(value, key, low=1)
+        if value > LIMITS[key]:
+            raise KVLibError(f"{key} must be at most {LIMITS[key]:,} here")
+
+
+def calculator_report(
+    model: str,
+    context: int,
+    batch: int,
+    kv_dtype: str = "fp16",
+    gpu_gib: float = 80.0,
+    weight_dtype: str = "bf16",
+    overhead_gib: float = 4.0,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+) -> dict:
+    """:func:`capacity_report` within the calculators' :data:`LIMITS`: what both calculators show."""
+    check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size)
+    report = capacity_report(
+        model, context, batch, kv_dtype, gpu_gib, weight_dtype, overhead_gib,
+        tensor_parallel_size, pipeline_parallel_size,
+    )  # fmt: skip
+    if batch > LIMITS["batch"]:
+        raise KVLibError(f"batch must be at most {LIMITS['batch']:,} here")
+    return report
+
 
 def gpu_memory_bytes(gpu_gib: float, overhead_gib: float) -> tuple[int, int]:
     """(GPU bytes, overhead bytes) from GiB, ``int(x * GiB)``; a one-line KVLibError for what cannot be.
 
     Both must be finite real numbers (not bools, not strings), the GPU positive and at least
-    one byte (below it the GPU's share would divide by zero), the overhead non-negative.
+    one byte (below it the GPU's share would divide by zero), the overhead non-negative, both at most
+    :data:`~kvlib.sizing.capacity.MAX_GIB`.
     """
     numbers = [not isinstance(v, bool) and isinstance(v, (int, float)) for v in (gpu_gib, overhead_gib)]
     if not all(numbers) or not (math.isfinite(gpu_gib) and math.isfinite(overhead_gib)):
@@ -37,6 +89,10 @@ def gpu_memory_bytes(gpu_gib: float, overhead_gib: float) -> tuple[int, int]:
     if not gpu_gib > 0 or overhead_gib < 0:
         raise KVLibError(
             f"GPU memory must be positive and overhead non-negative, not {gpu_gib} and {overhead_gib} GiB"
+        )
+    if max(gpu_gib, overhead_gib) > MAX_GIB:
+        raise KVLibError(
+            f"GPU memory and overhead must be at most {MAX_GIB:,} GiB, not {gpu_gib!r} and {overhead_gib!r}"
         )
     gpu = int(gpu_gib * GiB)
     if gpu < 1:
@@ -131,29 +187,36 @@ def report_html(report: dict) -> str:
 
 
 def calculator(model: str = "Llama-3-8B", context: int = 8192, batch: int = 8, gpu_gib: float = 80.0):
-    """An ipywidgets calculator (local Jupyter only; the online book shows the static table instead)."""
+    """An ipywidgets calculator (local Jupyter only; the online book shows the static table instead).
+
+    The starting values are checked as :func:`calculator_report` checks them (a KVLibError, never a
+    traitlets error), and the boxes have no bounds of their own: a value typed is never clamped or
+    rounded to another one; a value kvlib refuses (beyond :data:`LIMITS` too) shows kvlib's one-line
+    message instead of the answer, as the online calculator does.
+    """
+    calculator_report(model, context, batch, gpu_gib=gpu_gib)  # bad starting values: kvlib's words
     import ipywidgets as w
 
     controls = {
-        "model": w.Dropdown(options=catalog_names(), value=model, description="model"),
-        "context": w.BoundedIntText(value=context, min=1, max=10_000_000, description="context"),
-        "batch": w.BoundedIntText(value=batch, min=1, max=100_000, description="batch"),
+        "model": w.Dropdown(options=catalog_names(), value=catalog_entry(model).name, description="model"),
+        "context": w.IntText(value=context, description="context"),
+        "batch": w.IntText(value=batch, description="batch"),
         "kv_dtype": w.Dropdown(
             options=[d for d in KV_DTYPES if d != "fp32"], value="fp16", description="KV dtype"
         ),
-        "gpu_gib": w.BoundedFloatText(value=gpu_gib, min=1, max=100_000, description="GPU GiB"),
+        "gpu_gib": w.FloatText(value=gpu_gib, description="GPU GiB"),
         "weight_dtype": w.Dropdown(options=["bf16", "fp8", "int4"], value="bf16", description="weights"),
-        "overhead_gib": w.BoundedFloatText(value=4.0, min=0, max=100_000, description="overhead GiB"),
-        "tensor_parallel_size": w.BoundedIntText(value=1, min=1, max=1024, description="TP size"),
-        "pipeline_parallel_size": w.BoundedIntText(value=1, min=1, max=1024, description="PP size"),
+        "overhead_gib": w.FloatText(value=4.0, description="overhead GiB"),
+        "tensor_parallel_size": w.IntText(value=1, description="TP size"),
+        "pipeline_parallel_size": w.IntText(value=1, description="PP size"),
     }
     answer = w.HTML()
 
     def update(_=None):
         try:
-            answer.value = report_html(capacity_report(**{k: c.value for k, c in controls.items()}))
+            answer.value = report_html(calculator_report(**{k: c.value for k, c in controls.items()}))
         except KVLibError as error:
-            answer.value = f"<b>{error}</b>"
+            answer.value = f"<b>{html.escape(str(error), quote=False)}</b>"
 
     for control in controls.values():
         control.observe(update, names="value")

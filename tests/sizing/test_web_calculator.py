@@ -135,7 +135,6 @@ def test_choices_and_defaults_match_the_widget():
     assert tuple(controls["KV dtype"].options) == web_calculator.KV_CHOICES
     assert tuple(controls["weights"].options) == web_calculator.WEIGHT_CHOICES
     assert list(controls["model"].options) == catalog_names()
-    assert controls["batch"].max == web_calculator.LIMITS["batch"]
     assert [controls[k].value for k in ("model", "context", "batch", "GPU GiB", "overhead GiB")] == [
         web_calculator.DEFAULTS[k] for k in ("model", "context", "batch", "gpu_gib", "overhead_gib")
     ]
@@ -167,9 +166,15 @@ def test_unknown_calculator_input_is_named():
 def test_form_has_vllms_parallel_flags_and_widget_bounds():
     for key in ("tensor_parallel_size", "pipeline_parallel_size"):
         assert re.search(rf'name="{key}" min="1" max="{web_calculator.LIMITS[key]}" step="1" value="1"', PAGE)
-    controls = {c.description: c for c in widget.calculator().children[:-1]}
-    assert controls["TP size"].max == web_calculator.LIMITS["tensor_parallel_size"]
-    assert controls["PP size"].max == web_calculator.LIMITS["pipeline_parallel_size"]
+    box = widget.calculator()
+    controls, answer = {c.description: c for c in box.children[:-1]}, box.children[-1]
+    for description, key in (("TP size", "tensor_parallel_size"), ("PP size", "pipeline_parallel_size")):
+        controls[description].value = web_calculator.LIMITS[key] + 1  # refused as the form refuses it
+        assert controls[description].value == web_calculator.LIMITS[key] + 1  # kept, not clamped
+        assert f"{key} must be at most {web_calculator.LIMITS[key]:,} here" in answer.value
+        controls[description].value = 1
+    controls["batch"].value = web_calculator.LIMITS["batch"] + 1
+    assert f"batch must be at most {web_calculator.LIMITS['batch']:,} here" in answer.value
 
 
 def test_one_gpu_rows_are_unchanged():
