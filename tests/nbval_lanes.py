@@ -37,6 +37,7 @@ COMPUTE = (
     "07_quality",
     "08_serving_engines",
     "10_window_allocator",
+    "11_radix_routing",
     "12_offload_tier",
 )  # the rest is the timing lane
 

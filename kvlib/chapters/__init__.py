@@ -27,6 +27,9 @@ chapter.
   timed on this machine; TP against data-parallel attention.
 - ``ch10_window_allocator``: blocks freed out of sliding windows (tokens identical), capacity with
   and without freeing on Gemma-2, Gemma-3-like and Jamba shapes.
+- ``ch11_radix_routing``: a radix prefix tree beside the hash prefix cache (hit rates at equal
+  capacity, the engine model's tokens through the tree), and cache-aware routing across simulated
+  replicas.
 - ``ch12_offload_tier``: a returning conversation with and without the offload tier, priced over
   PCIe and NVLink-C2C; swap priced per block and per layer.
 - ``tables``: :func:`~kvlib.chapters.tables.show_whole_tables`, each chapter's first call.

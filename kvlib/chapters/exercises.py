@@ -29,12 +29,13 @@ from kvlib.chapters.ch07_quality import exercises as ch07
 from kvlib.chapters.ch08_serving_engines import exercises as ch08
 from kvlib.chapters.ch09_mla_absorbed import exercises as ch09
 from kvlib.chapters.ch10_window_allocator import exercises as ch10
+from kvlib.chapters.ch11_radix_routing import exercises as ch11
 from kvlib.chapters.ch12_offload_tier import exercises as ch12
 from kvlib.exercises.feedback import Feedback
 
 CHAPTERS: dict[int, ModuleType] = {
     **{0: ch00, 1: ch01, 2: ch02, 3: ch03, 4: ch04, 5: ch05, 7: ch07, 8: ch08},
-    **{9: ch09, 10: ch10, 12: ch12},
+    **{9: ch09, 10: ch10, 11: ch11, 12: ch12},
 }
 
 

@@ -38,24 +38,23 @@ def draw_hit_rates(rows_by_trace: dict[str, list[dict]], caches: tuple[str, ...]
 
 def draw_routing(rows: list[dict]):
     """Two panels against the prefix-aware router's ``balance_abs_threshold`` (the rows of
-    :func:`kvlib.chapters.ch11_radix_routing.routing.routing_rows`): hit rate and p99 TTFT, the
+    :func:`kvlib.chapters.ch11_radix_routing.routing.routing_rows`): hit rate (%) and p99 TTFT (ms), the
     round-robin and least-loaded rows drawn as horizontal lines; "never" is drawn right of the largest."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.2, 3.6), layout="constrained")
     aware = [r for r in rows if r["policy"] == "prefix-aware"]
     labels = [str(r["balance_abs_threshold"]) for r in aware]
     x = list(range(len(aware)))
-    for ax, column, title in (
-        (left, "hit rate", "hit rate (simulated)"),
-        (right, "p99 TTFT (s)", "p99 TTFT, s (simulated)"),
+    for ax, column, title, scale in (
+        (left, "hit rate", "prompt tokens found cached (%, simulated)", 100),
+        (right, "p99 TTFT (s)", "p99 TTFT (ms, simulated)", 1000),
     ):
-        scale = 100 if column == "hit rate" else 1
         ax.plot(x, [scale * r[column] for r in aware], "o-", color="C2", label="prefix-aware")
         for r, color in zip((r for r in rows if r["policy"] != "prefix-aware"), ("C0", "C1"), strict=False):
             ax.axhline(scale * r[column], color=color, ls="--", label=r["policy"])
         ax.set_xticks(x, labels)
         ax.set_xlabel("balance_abs_threshold of the prefix-aware router")
-        ax.set_title(title + (" (%)" if column == "hit rate" else ""))
+        ax.set_title(title)
         ax.grid(True, alpha=0.3)
-    right.set_yscale("log")
+    right.set_ylim(bottom=0)
     left.legend(fontsize=8)
     return fig

@@ -182,3 +182,25 @@ def engine_conversations(model: TinyLlama, block_size: int = CACHE_BLOCK_SIZE) -
     return EngineRun(
         block_size, same, manager.num_hit_tokens, manager.num_lookup_tokens, manager.tree.num_evicted_tokens
     )
+
+
+def hash_evictions(trace: Sequence[Turn], num_slots: int = BENCH_SLOTS) -> tuple[int, int]:
+    """Replay ``trace`` on the hash cache; returns (cached blocks evicted, of them while an empty block
+    waited behind them in the free queue). The pool takes blocks from the queue's front, whatever they
+    hold, so a block freed without a hash (a partial last block, a duplicate) stays unused at the back
+    while a cached block ahead of it is overwritten; the tree evicts only when no block is free."""
+    manager = make_manager(CACHES[0], num_slots)
+    pool, take = manager.pool, manager.pool.get_new_blocks
+    counts = [0, 0]
+
+    def counting_take(num: int):
+        ids = pool.free_queue.block_ids()
+        empty_behind = any(pool.blocks[b].block_hash is None for b in ids[num:])
+        cached = sum(1 for b in ids[:num] if pool.blocks[b].block_hash is not None)
+        counts[0] += cached
+        counts[1] += cached if empty_behind else 0
+        return take(num)
+
+    pool.get_new_blocks = counting_take  # an instrument on this one pool, for this replay only
+    replay(manager, trace)
+    return counts[0], counts[1]
