@@ -27,7 +27,7 @@ PACKAGES = (
 SMELL_LINES = 600
 # The whole house, in lines of Python (README: "Layout"): the library's concepts and the chapters'
 # experiments and exercises, each with room to grow; a budget is raised on purpose, not by drift.
-LIBRARY_BUDGET_LINES = 17_500  # kvlib/ without kvlib/chapters/ (16,626 with MLA, hybrids, offload, checks)
+LIBRARY_BUDGET_LINES = 18_000  # kvlib/ without kvlib/chapters/ (17,508 with chapter 11's radix tree)
 CHAPTERS_BUDGET_LINES = 12_500  # kvlib/chapters/ (11,229 with chapters 9, 10 and 12)
 # Names every module of a kind defines on purpose: the CLI calls each bench module's bench(),
 # and kvlib.chapters.exercises reads each chapter's EXERCISES, WRONG_ANSWERS and FIRST_HINTS.

@@ -8,9 +8,11 @@ block hashes:
 - a prompt's cached blocks are those along its :meth:`~kvlib.paged.radix_tree.RadixTree.match_prefix`
   (never its last token, whose logits the prefill must compute), and the request locks the node
   its match ends at until it is freed;
-- a freed sequence's full, computed blocks are inserted into the tree (SGLang's
-  ``cache_finished_req``): the tree keeps one reference on each block it stores, the blocks of a
-  prefix stored already go back to the pool;
+- a sequence's full, computed blocks are inserted into the tree as soon as their K/V exist
+  (SGLang's ``cache_unfinished_req`` after a prefill, ``cache_finished_req`` at the end), so that
+  a request running beside it can share them; its lock moves down to the new node. The tree keeps
+  one reference on each block it stores; a sequence's blocks for a prefix stored already by
+  another stay its own and go back to the pool when it is freed;
 - when the pool lacks free blocks, unlocked leaves are evicted, least recently used first
   (:meth:`~kvlib.paged.radix_tree.RadixTree.evict`), and their blocks freed.
 
@@ -41,6 +43,7 @@ class RadixBlockManager(BlockManager):
         super().__init__(num_blocks, block_size, enable_prefix_caching=True, copy_block=copy_block)
         self.tree = RadixTree(block_size)
         self._locked: dict[int, RadixNode] = {}  # seq_id -> the node its cached prefix ends at
+        self._published: dict[int, int] = {}  # seq_id -> its leading tokens inserted into the tree
         self.num_lookup_tokens = 0  # prompt tokens allocated
         self.num_hit_tokens = 0  # of them, found in the tree
 
@@ -69,7 +72,23 @@ class RadixBlockManager(BlockManager):
         return num_new - (self.num_free_blocks - unlocked_hits)
 
     def _publish(self, seq: SequenceBlocks) -> None:
-        """Nothing is published while a sequence runs: :meth:`free` inserts its blocks into the tree."""
+        """Insert the sequence's full, computed, verified blocks into the tree (those not inserted yet),
+        and move its lock to the node they end at (SGLang's ``cache_unfinished_req``)."""
+        size = self.block_size
+        num_full = min(seq.num_computed, seq.num_tokens - seq.num_speculative) // size * size
+        if num_full <= self._published.get(seq.seq_id, 0):
+            return
+        table = seq.block_table[: num_full // size]
+        num_stored = self.tree.insert(seq.token_ids[:num_full], table)
+        for block_id in table[num_stored // size :]:
+            self.pool.touch(self.pool.blocks[block_id])
+        node = self.tree.match_prefix(seq.token_ids[:num_full]).node
+        self.tree.lock(node)
+        old = self._locked.get(seq.seq_id)
+        if old is not None:
+            self.tree.unlock(old)
+        self._locked[seq.seq_id] = node
+        self._published[seq.seq_id] = num_full
 
     def _make_room(self, num_blocks: int) -> None:
         """Evict unlocked leaves until the pool has ``num_blocks`` free blocks."""
@@ -114,21 +133,25 @@ class RadixBlockManager(BlockManager):
         if node is not None:
             self.tree.lock(node)
             self._locked[child_id] = node
+        self._published[child_id] = self._published.get(parent_id, 0)
         return tokens
 
-    def free(self, seq_id: int) -> None:
-        """Insert the sequence's full, computed, verified blocks into the tree, then free its blocks (the
-        tree keeps its own reference on each block it newly stores)."""
-        seq = self._get(seq_id)
+    def truncate(self, seq_id: int, num_tokens: int) -> None:
+        """:meth:`BlockManager.truncate`; the tree keeps the blocks it stored (their K/V hold for their
+        tokens), and blocks written after the cut are inserted anew."""
+        super().truncate(seq_id, num_tokens)
         size = self.block_size
-        num_full = min(seq.num_computed, seq.num_tokens - seq.num_speculative) // size
-        table = seq.block_table[:num_full]
-        num_stored = self.tree.insert(seq.token_ids[: num_full * size], table)
-        for block_id in table[num_stored // size :]:
-            self.pool.touch(self.pool.blocks[block_id])
+        if seq_id in self._published:
+            self._published[seq_id] = min(self._published[seq_id], self.num_tokens(seq_id) // size * size)
+
+    def free(self, seq_id: int) -> None:
+        """Insert the sequence's last full blocks into the tree (:meth:`_publish`), unlock its node, then
+        free its blocks (the tree keeps its own reference on each block it stores)."""
+        self._publish(self._get(seq_id))
         node = self._locked.pop(seq_id, None)
         if node is not None:
             self.tree.unlock(node)
+        self._published.pop(seq_id, None)
         super().free(seq_id)
 
     @property

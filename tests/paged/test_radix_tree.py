@@ -183,3 +183,18 @@ def test_tokens_through_the_tree_equal_the_contiguous_cache():
         cache.manager.free(turn)
         assert tokens[len(history) :] == solo_tokens(model, Request(0, 0.0, tuple(history), 5))
         history = tokens + [turn + 1, turn + 2]
+
+
+def test_a_running_sequence_shares_its_computed_blocks_and_keeps_them_locked():
+    manager = RadixBlockManager(16, 4)
+    first = list(range(10))
+    manager.allocate(0, first)
+    assert manager.allocate(9, list(range(10)) + [1]).num_cached_tokens == 0  # nothing computed yet
+    manager.free(9)
+    manager.mark_computed(0)  # the prefill ran: 2 full blocks are in the tree, locked by sequence 0
+    assert manager.tree.num_tokens == 8 and manager.tree.protected_tokens == 8
+    assert manager.allocate(1, list(range(10)) + [77]).num_cached_tokens == 8  # shared while 0 runs
+    assert manager.tree.evict(100) == 0  # both hold the path
+    manager.free(0)
+    manager.free(1)
+    assert manager.tree.protected_tokens == 0 and manager.num_free_blocks == 16

@@ -11,7 +11,7 @@ from kvlib.chapters.ch11_radix_routing.hit_rates import (
     make_manager,
     replay,
 )
-from kvlib.chapters.ch11_radix_routing.routing import NEVER, RouterConfig, simulate_routing
+from kvlib.chapters.ch11_radix_routing.routing import NEVER, RouterConfig, one_replica_rows, simulate_routing
 from kvlib.chapters.ch11_radix_routing.traces import few_shot_trace, multi_turn_trace
 from kvlib.chapters.ch12_offload_tier.returning import cpu_model
 
@@ -28,6 +28,7 @@ def bench() -> dict:
     runs = {policy: simulate_routing(policy) for policy in ("round-robin", "least-loaded", "prefix-aware")}
     runs["no balance"] = simulate_routing("prefix-aware", config=RouterConfig(balance_abs_threshold=NEVER))
     rr = runs["round-robin"]
+    alone = {row["prefix cache"]: row for row in one_replica_rows()}
     return {
         "radix_tokens_identical": identical,
         "radix_prefix_hit_rate": round(rates["multi_turn"][pages1], 4),
@@ -35,6 +36,12 @@ def bench() -> dict:
         "hash_prefix_hit_rate": round(rates["multi_turn"][hashed], 4),
         "radix_few_shot_hit_rate": round(rates["few_shot"][pages1], 4),
         "hash_few_shot_hit_rate": round(rates["few_shot"][hashed], 4),
+        "radix_one_replica_tokens_per_s_ratio": round(
+            alone["radix"]["tokens/s"] / alone["none"]["tokens/s"], 3
+        ),
+        "radix_one_replica_p99_ttft_ratio": round(
+            alone["radix"]["p99 TTFT (s)"] / alone["none"]["p99 TTFT (s)"], 3
+        ),
         "routing_round_robin_hit_rate": round(rr.hit_rate, 4),
         "routing_cache_aware_hit_ratio": round(runs["prefix-aware"].hit_rate / rr.hit_rate, 3),
         "routing_p99_ttft_ratio": round(runs["prefix-aware"].p99_ttft_s / rr.p99_ttft_s, 3),

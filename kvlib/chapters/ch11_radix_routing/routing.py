@@ -31,6 +31,7 @@ import numpy as np
 from kvlib import KVLibError
 from kvlib.chapters.ch11_radix_routing.traces import Turn, conversations
 from kvlib.checks import require_int, require_real
+from kvlib.paged.block_manager import BlockManager
 from kvlib.paged.radix_cache import RadixBlockManager
 from kvlib.paged.radix_tree import RadixTree
 from kvlib.serving.placement import PagedMemory
@@ -42,6 +43,7 @@ ROUTING_POLICIES = ("round-robin", "least-loaded", "prefix-aware")
 NUM_REPLICAS = 4
 ROUTED_CONVERSATIONS = 192
 ROUTED_TURNS = 4
+ONE_REPLICA_CONVERSATIONS = 48  # one replica alone: a quarter of the routing trace's conversations
 THINK_S = 0.5  # seconds between an answer and the conversation's next message
 START_S = 2.0  # conversations start at seeded uniform times in [0, START_S)
 REPLICA_BLOCK_SIZE = 16
@@ -112,12 +114,39 @@ class Router:
         self.loads[replica] -= 1
 
 
-class Replica:
-    """One server: chapter 4's scheduler over a radix-tree paged memory, and its own clock."""
+REPLICA_CACHES = ("radix", "hash", "none")  # a replica's prefix cache: the tree, chapter 3's hashes, none
 
-    def __init__(self, num_slots: int):
-        self.manager = RadixBlockManager(num_slots // REPLICA_BLOCK_SIZE, REPLICA_BLOCK_SIZE)
-        self.scheduler = Scheduler(PagedMemory(self.manager, MAX_LEN), [])
+
+class CountingMemory(PagedMemory):
+    """Chapter 4's paged memory, counting the prompt tokens it admits and those its prefix cache held."""
+
+    def __init__(self, manager, max_len: int):
+        super().__init__(manager, max_len)
+        self.num_lookup_tokens = 0
+        self.num_hit_tokens = 0
+
+    def admit(self, seq):
+        """:meth:`PagedMemory.admit`, counted."""
+        cached = super().admit(seq)
+        if cached is not None:
+            self.num_lookup_tokens += len(seq.tokens)
+            self.num_hit_tokens += cached
+        return cached
+
+
+class Replica:
+    """One server: chapter 4's scheduler over a paged memory with one of :data:`REPLICA_CACHES`, its clock."""
+
+    def __init__(self, num_slots: int, cache: str = "radix"):
+        num_blocks = num_slots // REPLICA_BLOCK_SIZE
+        if cache == "radix":
+            self.manager = RadixBlockManager(num_blocks, REPLICA_BLOCK_SIZE)
+        elif cache in REPLICA_CACHES:
+            self.manager = BlockManager(num_blocks, REPLICA_BLOCK_SIZE, enable_prefix_caching=cache == "hash")
+        else:
+            raise KVLibError(f"cache must be one of {', '.join(REPLICA_CACHES)}, not {cache!r}")
+        self.memory = CountingMemory(self.manager, MAX_LEN)
+        self.scheduler = Scheduler(self.memory, [])
         self.now = 0.0
 
     def idle(self) -> bool:
@@ -163,14 +192,16 @@ def simulate_routing(
     step_model: StepTimeModel | None = None,
     num_slots: int | None = None,
     seed: int = 0,
+    cache: str = "radix",
 ) -> RoutingRun:
-    """Serve the conversations' turns on ``num_replicas`` replicas routed by ``policy`` (simulated)."""
+    """Serve the conversations' turns on ``num_replicas`` replicas routed by ``policy`` (simulated),
+    each replica's prefix cache one of :data:`REPLICA_CACHES`."""
     if step_model is None or num_slots is None:
         default_model, default_slots = default_step_model_and_slots()
         step_model = default_model if step_model is None else step_model
         num_slots = default_slots if num_slots is None else require_int(num_slots, "num_slots")
     convs = conversations(ROUTED_CONVERSATIONS, ROUTED_TURNS, seed) if convs is None else convs
-    replicas = [Replica(num_slots) for _ in range(require_int(num_replicas, "num_replicas"))]
+    replicas = [Replica(num_slots, cache) for _ in range(require_int(num_replicas, "num_replicas"))]
     router = Router(policy, num_replicas, num_slots, config)
     starts = np.random.default_rng([seed, 14]).uniform(0, require_real(START_S, "START_S"), len(convs))
     arrivals = [(float(t), c, 0) for c, t in enumerate(starts)]  # (time, conversation, turn)
@@ -209,8 +240,8 @@ def simulate_routing(
             last = max(last, seq.finish_s)
             if k + 1 < len(convs[c]):
                 heapq.heappush(arrivals, (seq.finish_s + THINK_S, c, k + 1))
-    hits = sum(r.manager.num_hit_tokens for r in replicas)
-    lookups = sum(r.manager.num_lookup_tokens for r in replicas)
+    hits = sum(r.memory.num_hit_tokens for r in replicas)
+    lookups = sum(r.memory.num_lookup_tokens for r in replicas)
     return RoutingRun(
         policy,
         hits / lookups,
@@ -253,3 +284,23 @@ def routing_rows(seed: int = 0, thresholds=THRESHOLDS) -> list[dict]:
 
 
 NEVER = 1 << 30  # a balance_abs_threshold no load difference reaches
+
+
+def one_replica_rows(seed: int = 0, num_conversations: int = ONE_REPLICA_CONVERSATIONS) -> list[dict]:
+    """One replica serving ``num_conversations`` conversations (the routing trace's kind), its prefix
+    cache each of :data:`REPLICA_CACHES`: hit rate, throughput and TTFT (simulated)."""
+    convs = conversations(num_conversations, ROUTED_TURNS, seed)
+    rows = []
+    for cache in REPLICA_CACHES:
+        run = simulate_routing("round-robin", convs, num_replicas=1, seed=seed, cache=cache)
+        rows.append(
+            {
+                "prefix cache": cache,
+                "hit rate": run.hit_rate,
+                "tokens/s": run.tokens_per_s,
+                "p99 TTFT (s)": run.p99_ttft_s,
+                "mean TTFT (s)": run.mean_ttft_s,
+                "preemptions": run.num_preemptions,
+            }
+        )
+    return rows

@@ -86,8 +86,17 @@ def test_a_small_routing_run_serves_every_turn():
     assert runs["prefix-aware"].hit_rate > runs["round-robin"].hit_rate
 
 
+def test_one_replica_with_each_prefix_cache():
+    rows = {r["prefix cache"]: r for r in routing.one_replica_rows(num_conversations=8)}
+    assert rows["none"]["hit rate"] == 0 and rows["radix"]["hit rate"] == rows["hash"]["hit rate"] > 0
+    assert rows["radix"]["p99 TTFT (s)"] < rows["none"]["p99 TTFT (s)"]
+    with pytest.raises(KVLibError, match="cache must be one of"):
+        routing.Replica(1024, "lru")
+
+
 def test_bench_fields():
     fields = bench()
     assert fields["radix_tokens_identical"] is True
     assert fields["radix_prefix_hit_rate"] > fields["hash_prefix_hit_rate"] > 0
     assert fields["routing_cache_aware_hit_ratio"] > 1 and fields["routing_p99_ttft_ratio"] > 0
+    assert fields["radix_one_replica_tokens_per_s_ratio"] > 1
