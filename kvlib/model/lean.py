@@ -21,12 +21,13 @@ kernel attending in :class:`~kvlib.cache.fast_contiguous.FastContiguousKVCache`)
   rows of a decode step on a CPU, a numba loop that streams each weight matrix once (the
   weights are stored transposed for it, (n_in, n_out) contiguous); PyTorch's product otherwise;
 - the query and key heads are rotated together, in three operators
-  (:func:`~kvlib.model.rotary.rotate_signed`), with angles from one gather;
+  (:func:`~kvlib.model.rotary.rotate_signed_into`), with angles from one gather;
 - every weight is used through functional calls, without ``nn.Module.__call__``;
-- every activation is written into :class:`StepBuffers`, made by the first float32 pass of a
-  (batch, seq) shape and reused by the next ones, and the logits into the caller's ``out``:
-  a decode step allocates nothing where the cache copies what it is handed and attends into
-  a given buffer (``KVCache.reuses_buffers``: the fast contiguous cache and the paged caches).
+- every activation is written into :class:`StepBuffers`, made by the first pass of a (batch, seq)
+  shape and reused by the next ones, and the logits into the caller's ``out``: a decode step
+  allocates nothing. The pass runs on float32 weights, with no cache or one that copies what it
+  is handed and attends into a given buffer (``KVCache.reuses_buffers``: the fast contiguous cache
+  and the paged caches); :class:`LeanLlama` runs any other case through the modules.
 
 The matrix products sum in another grouping, the norm's scale multiplies the weights instead
 of the activations, and fused multiply-adds round once where the modules round twice, so
@@ -48,7 +49,7 @@ from kvlib.kernels.row_product import row_product
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
 from kvlib.model.llama import TinyLlama
-from kvlib.model.rotary import new_token_positions, rotate_signed, rotate_signed_into
+from kvlib.model.rotary import new_token_positions, rotate_signed_into
 
 MAX_BUFFER_SHAPES = 4  # (batch, seq) shapes whose activations a model keeps (FusedWeights.buffers)
 
@@ -152,12 +153,10 @@ class FusedWeights:
         self._buffers = {}
         self.num_builds += 1
 
-    def buffers(self, batch: int, seq: int) -> StepBuffers | None:
-        """The activations of a float32 pass over (batch, seq) tokens, made on the first such pass and
-        written in place by every later one (None for other dtypes, which keep allocating). A few
-        shapes are kept: a decode loop asks for the same one at every step."""
-        if self.lm_head.dtype != torch.float32:
-            return None
+    def buffers(self, batch: int, seq: int) -> StepBuffers:
+        """The activations of a (float32) pass over (batch, seq) tokens, made on the first such pass and
+        written in place by every later one. A few shapes are kept: a decode loop asks for the same
+        one at every step."""
         if (batch, seq) not in self._buffers:
             if len(self._buffers) >= MAX_BUFFER_SHAPES:
                 self._buffers.clear()
@@ -206,67 +205,58 @@ class StepBuffers:
         )
 
 
-def normed(x: torch.Tensor, offset: torch.Tensor, buf: StepBuffers | None = None) -> torch.Tensor:
-    """x (rows, dim) over sqrt(|x|^2 + offset^2), in x's dtype: RMSNorm short of its scale.
+def normed(x: torch.Tensor, offset: torch.Tensor, buf: StepBuffers) -> torch.Tensor:
+    """x (rows, dim) over sqrt(|x|^2 + offset^2), written into ``buf.h``: RMSNorm short of its scale.
 
     With offset = sqrt(dim * eps) this is x / (sqrt(dim) * rms(x)): the scale and sqrt(dim) are
     folded into the next weights (:func:`fuse_layer`). Three operators (a norm, ``hypot``, a
-    division), where ``x.pow(2).mean()``, ``+ eps``, ``rsqrt`` and two products take six; with
-    ``buf`` (float32) they write into ``buf.norm`` and ``buf.h``.
+    division), where ``x.pow(2).mean()``, ``+ eps``, ``rsqrt`` and two products take six.
     """
-    if buf is not None:
-        norm, out = buf.norm, buf.h
-        if x.shape[0] < norm.shape[0]:  # a last_only prefill norms `batch` of its batch * seq rows
-            norm, out = norm[: x.shape[0]], out[: x.shape[0]]
-        torch.linalg.vector_norm(x, dim=-1, keepdim=True, out=norm)
-        return torch.div(x, torch.hypot(norm, offset, out=norm), out=out)  # (rows, dim)
-    x32 = x if x.dtype == torch.float32 else x.float()
-    out = x32 / torch.hypot(torch.linalg.vector_norm(x32, dim=-1, keepdim=True), offset)  # (rows, dim)
-    return out if out.dtype == x.dtype else out.to(x.dtype)
+    norm, out = buf.norm, buf.h
+    if x.shape[0] < norm.shape[0]:  # a last_only prefill norms `batch` of its batch * seq rows
+        norm, out = norm[: x.shape[0]], out[: x.shape[0]]
+    torch.linalg.vector_norm(x, dim=-1, keepdim=True, out=norm)
+    return torch.div(x, torch.hypot(norm, offset, out=norm), out=out)  # (rows, dim)
 
 
-def lean_attention(x, w: FusedLayer, fused: FusedWeights, cos, sin, layer: int, cache, batch: int, buf=None):
-    """x (batch * seq, d_model) plus its attention output: (batch * seq, d_model), residual included.
+def lean_attention(x, w: FusedLayer, fused: FusedWeights, cos, sin, layer: int, cache, batch: int, buf):
+    """x (batch * seq, d_model) plus its attention output, in place: (batch * seq, d_model).
 
     cos, sin: (batch, 1, seq, head_dim), the signed sin of :meth:`RotaryTable.lookup_signed`;
-    ``cache`` a :class:`~kvlib.model.config.KVCache` or None (the tokens are the whole sequence);
-    ``buf`` the pass's :class:`StepBuffers` or None. With buffers the residual is updated in place.
+    ``cache`` a :class:`~kvlib.model.config.KVCache` that copies what it is handed and takes
+    ``out=`` (``reuses_buffers``), or None (the tokens are the whole sequence); ``buf`` the pass's
+    :class:`StepBuffers`.
     """
     seq = x.shape[0] // batch
-    qkv = row_product(normed(x, fused.offset, buf), w.qkv, out=None if buf is None else buf.qkv)
+    qkv = row_product(normed(x, fused.offset, buf), w.qkv, out=buf.qkv)
     if seq == 1:  # (batch, heads + 2 * kv_heads, 1, head_dim) is the same memory: no transpose to dispatch
         qkv = qkv.view(batch, -1, 1, fused.head_dim)
     else:
         qkv = qkv.view(batch, seq, -1, fused.head_dim).transpose(1, 2)
     qk, v = qkv.split_with_sizes(fused.qkv_split, dim=1)  # (batch, heads + kv_heads | kv_heads, seq, hd)
-    if buf is None:
-        rotated = rotate_signed(qk, cos, sin)
-    else:
-        rotated = rotate_signed_into(qk, cos, sin, buf.rotated, buf.rolled)
+    rotated = rotate_signed_into(qk, cos, sin, buf.rotated, buf.rolled)
     q, k = rotated.split_with_sizes(fused.qk_split, dim=1)  # rotated at once
     # q: (batch, heads, seq, head_dim); k, v: (batch, kv_heads, seq, head_dim)
-    if cache is None:
-        out = grouped_attention(q, k, v)
-    elif buf is None:
-        out = cache.attend(layer, q, k, v)
-    else:  # a cache that takes out= (KVCache.reuses_buffers)
-        out = cache.attend(layer, q, k, v, out=buf.attn)
+    out = grouped_attention(q, k, v) if cache is None else cache.attend(layer, q, k, v, out=buf.attn)
     # heads side by side: (batch * seq, heads * head_dim); one new token per sequence is already so
     out = out.reshape(batch, -1) if seq == 1 else out.transpose(1, 2).reshape(x.shape[0], -1)
-    return row_product(out, w.o, add=x, out=None if buf is None else x)  # x + o_proj(out)
+    return row_product(out, w.o, add=x, out=x)  # x + o_proj(out)
 
 
-def lean_mlp(
-    x: torch.Tensor, w: FusedLayer, offset: torch.Tensor, buf: StepBuffers | None = None
-) -> torch.Tensor:
-    """x (batch * seq, d_model) plus its SwiGLU MLP's output, (batch * seq, d_model); in place with
-    ``buf``."""
-    gate_up = row_product(normed(x, offset, buf), w.gate_up, out=None if buf is None else buf.gate_up)
+def lean_mlp(x: torch.Tensor, w: FusedLayer, offset: torch.Tensor, buf: StepBuffers) -> torch.Tensor:
+    """x (batch * seq, d_model) plus its SwiGLU MLP's output, in place: (batch * seq, d_model)."""
+    gate_up = row_product(normed(x, offset, buf), w.gate_up, out=buf.gate_up)
     gate, up = gate_up.chunk(2, dim=-1)  # (batch * seq, d_ff) each
-    if buf is None:
-        return row_product(F.silu(gate).mul_(up), w.down, add=x)  # x + down(silu(gate) * up)
     act = torch.mul(F.silu(gate, inplace=True), up, out=buf.act)  # contiguous, for the product
-    return row_product(act, w.down, add=x, out=x)
+    return row_product(act, w.down, add=x, out=x)  # x + down(silu(gate) * up)
+
+
+def runs_lean(model, cache: KVCache | None) -> bool:
+    """Whether :func:`lean_forward` can run ``model`` with ``cache``: float32 weights, and no cache or
+    one that copies the k, v it is handed (``reuses_buffers``), for they are views of buffers."""
+    return model.lm_head.weight.dtype == torch.float32 and (
+        cache is None or getattr(cache, "reuses_buffers", False)
+    )
 
 
 def lean_forward(
@@ -274,23 +264,17 @@ def lean_forward(
 ) -> torch.Tensor:
     """What ``model.reference_forward(tokens, cache, last_only)`` returns, by the lean pass.
 
-    ``model`` is a :class:`LeanLlama`; tokens (batch, seq) -> logits
-    (batch, seq, vocab), or (batch, 1, vocab) with ``last_only``, written into ``out`` of that
-    shape if given. Every other activation lives in the model's :class:`StepBuffers` for this
-    shape (float32), so that a decode step into ``out`` allocates nothing.
+    ``model`` is a :class:`LeanLlama` (:func:`runs_lean` with ``cache``); tokens (batch, seq) ->
+    logits (batch, seq, vocab), or (batch, 1, vocab) with ``last_only``, written into ``out`` of
+    that shape if given. Every other activation lives in the model's :class:`StepBuffers` for this
+    shape, so that a decode step into ``out`` allocates nothing.
     """
     fused = model.fused.get(model)
     batch, seq = tokens.shape
-    # buffers only where nothing keeps the k, v handed to the cache (they are views of buffers)
-    buf = fused.buffers(batch, seq) if cache is None or getattr(cache, "reuses_buffers", False) else None
+    buf = fused.buffers(batch, seq)
     positions = new_token_positions(tokens, cache, model.config)  # (batch, seq)
-    cos, sin = model.rotary.lookup_signed(
-        positions, None if buf is None else buf.angles
-    )  # (batch, 1, seq, hd)
-    if buf is None:
-        x = torch.embedding(fused.embed, tokens).view(batch * seq, -1)  # (batch * seq, d_model)
-    else:
-        x = torch.index_select(fused.embed, 0, tokens.reshape(-1), out=buf.x)
+    cos, sin = model.rotary.lookup_signed(positions, buf.angles)  # (batch, 1, seq, head_dim)
+    x = torch.index_select(fused.embed, 0, tokens.reshape(-1), out=buf.x)  # (batch * seq, d_model)
     for layer, w in enumerate(fused.layers):
         x = lean_attention(x, w, fused, cos, sin, layer, cache, batch, buf)
         x = lean_mlp(x, w, fused.offset, buf)  # (batch * seq, d_model)
@@ -331,10 +315,11 @@ class LeanLlama(TinyLlama):
         (a tensor of their shape and dtype) if given.
 
         Under ``torch.inference_mode`` or ``no_grad`` (or with frozen weights) by the lean pass, into
-        whose buffers a decode step into ``out`` allocates nothing; when gradients may be wanted,
-        through the modules (:meth:`reference_forward`).
+        whose buffers a decode step into ``out`` allocates nothing, where it runs (:func:`runs_lean`:
+        float32, and no cache or one that copies what it is handed); otherwise, and when gradients may
+        be wanted, through the modules (:meth:`reference_forward`).
         """
-        if torch.is_grad_enabled() and self.lm_head.weight.requires_grad:
+        if (torch.is_grad_enabled() and self.lm_head.weight.requires_grad) or not runs_lean(self, cache):
             logits = self.reference_forward(tokens, cache, last_only)
             return logits if out is None else out.copy_(logits)
         return lean_forward(self, tokens, cache, last_only, out)

@@ -162,8 +162,9 @@ def test_lean_decode_step_dispatches_few_operators_and_allocates_nothing():
 
 
 def test_a_cache_that_keeps_what_it_is_handed_gets_fresh_tensors():
-    """The concatenating cache keeps the k, v it is handed (no ``reuses_buffers``): the lean pass must
-    not hand it views of buffers the next layer overwrites (its logits equal the preallocated cache's)."""
+    """The concatenating cache keeps the k, v it is handed (no ``reuses_buffers``): the lean model must
+    not hand it views of buffers the next layer overwrites (it runs its modules; its logits equal the
+    fast cache's)."""
     model = LeanLlama(CONFIG).eval()
     prompt = torch.arange(6).view(2, 3) % CONFIG.vocab_size
     kept = generate(model, prompt, 5, "concat")
