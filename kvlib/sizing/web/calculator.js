@@ -14,7 +14,10 @@
   "use strict";
   const root = document.currentScript.parentElement;
   const catalog = JSON.parse(root.querySelector(".kvcalc-data").textContent);
-  const models = Object.fromEntries(catalog.models.map((m) => [m.name, m]));
+  // Maps, so that a name such as "__proto__" or "toString" finds no model (an object's own
+  // prototype would answer for it).
+  const models = new Map(catalog.models.map((m) => [m.name, m]));
+  const dtypes = new Map(Object.entries(catalog.kv_dtypes));
   const GiB = 2 ** 30;
   const japanese = (document.documentElement.lang || "").split("-")[0] === "ja";
 
@@ -61,6 +64,10 @@
       `${subject(key)}1以上の整数で指定してください（入力: ${inputJa(raw)}）`,
     ],
     too_large: (key, limit) => [`${key} must be at most ${limit} here`, `${subject(key)}ここでは${limit}以下にしてください`],
+    too_many: (key, limit, raw) => [
+      `${key} must be at most ${limit} (kvlib's bound on counts), not ${raw}`,
+      `${subject(key)}${limit}以下にしてください（kvlibの上限、入力: ${raw}）`,
+    ],
     not_gib: (key, raw) => [
       `${key} must be a number of GiB, not ${raw}`,
       `${subject(key)}GiB単位の数値で指定してください（入力: ${inputJa(raw)}）`,
@@ -235,23 +242,49 @@
   const bytesText = (n) => `${group(n.toString())} B (${fixed(Number(n) / GiB, 3)} GiB)`;
 
   // repr() of a Python float in the error messages: 80 -> "80.0".
-  const floatRepr = (x) => (Number.isInteger(x) ? x.toFixed(1) : String(x));
+  const floatRepr = (x) => (Object.is(x, -0) ? "-0.0" : Number.isInteger(x) ? x.toFixed(1) : String(x));
 
   // ------------------------------------------------ the answer (kvlib.sizing.web_calculator.answer_rows)
 
-  // An integer input as kvlib.checks.require_int wants it; `limit` mirrors the form's max attribute.
-  function integer(key, raw, limit) {
-    const value = Number(raw);
-    if (raw.trim() === "" || !Number.isInteger(value) || value < 1) {
-      fail("not_integer", key, raw.trim() || "empty");
-    }
-    if (limit && value > limit) fail("too_large", key, group(String(limit)));
-    return value;
+  // A form value as text: a string as it is, a number or a BigInt as String() writes it; anything
+  // else (undefined, null, a bool, an object) is refused with a message naming the field, as kvlib
+  // refuses what is not a number.
+  function text(key, raw, id) {
+    if (typeof raw === "string") return raw.trim();
+    if (typeof raw === "number" || typeof raw === "bigint") return String(raw);
+    if (raw === undefined) return "";
+    if (raw === null) fail(id, key, "null");
+    fail(id, key, typeof raw === "object" ? `an ${Array.isArray(raw) ? "array" : "object"}` : String(raw));
   }
 
+  // What a refused value looks like in a message: one line, cut as kvlib.checks cuts it.
+  const shown = (value) => {
+    const line = /^[\x20-\x7e]*$/.test(value) ? value : JSON.stringify(value);
+    return line.length > 100 ? `${line.slice(0, 100)}...` : line;
+  };
+
+  // An integer input as kvlib.checks.require_int wants it: decimal digits (Python's int(), not
+  // JavaScript's Number(): "0x10", "1e3", "NaN" and "Infinity" are not integers), read exactly as a
+  // BigInt; `limit` mirrors the form's max attribute. Kept below 2**53, so a Number from here on is exact.
+  const INTEGER = /^[+-]?[0-9]+$/;
+  const MOST = 1_000_000_000_000; // kvlib.sizing's bound on counts (MAX_COUNT)
+  function integer(key, raw, limit) {
+    const digits = text(key, raw, "not_integer");
+    if (!INTEGER.test(digits)) fail("not_integer", key, digits === "" ? "empty" : shown(digits));
+    const value = big(digits);
+    if (value < 1n) fail("not_integer", key, value.toString());
+    if (limit && value > big(limit)) fail("too_large", key, group(String(limit)));
+    if (value > big(MOST)) fail("too_many", key, group(String(MOST)), shown(value.toString()));
+    return Number(value);
+  }
+
+  // A GiB input as Python's float() reads a decimal number ("0x10" is not one); NaN and the
+  // infinities are refused (kvlib wants finite GiB).
+  const DECIMAL = /^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$/;
   function gibibytes(key, raw, limit) {
-    const value = Number(raw);
-    if (raw.trim() === "" || !Number.isFinite(value)) fail("not_gib", key, raw.trim() || "empty");
+    const number = text(key, raw, "not_gib");
+    const value = Number(number);
+    if (!DECIMAL.test(number) || !Number.isFinite(value)) fail("not_gib", key, number === "" ? "empty" : shown(number));
     if (limit && value > limit) fail("too_many_gib", key, group(String(limit)));
     return value;
   }
@@ -260,25 +293,29 @@
   // Japanese (language "ja": the same numbers); throws an Error with kvlib's message (its .ja: Japanese).
   // On more than one GPU the memory is per GPU and the share, max batch and max context are the
   // fullest GPU's (kvlib.sizing.widget.capacity_report).
-  function rows(input, limits = {}, language = "en") {
-    const gpuGib = gibibytes("GPU memory", input.gpu_gib, limits.gpu_gib);
-    const overheadGib = gibibytes("overhead", input.overhead_gib, limits.overhead_gib);
-    const tp = integer("tensor_parallel_size", input.tensor_parallel_size ?? "1", limits.tensor_parallel_size);
-    const pp = integer("pipeline_parallel_size", input.pipeline_parallel_size ?? "1", limits.pipeline_parallel_size);
+  function rows(given, limits = {}, language = "en") {
+    // only the input's own fields count (not what its prototype would answer for)
+    const input = new Map(given !== null && typeof given === "object" ? Object.entries(given) : []);
+    const gpuGib = gibibytes("GPU memory", input.get("gpu_gib"), limits.gpu_gib);
+    const overheadGib = gibibytes("overhead", input.get("overhead_gib"), limits.overhead_gib);
+    // a form without the TP/PP fields (an older page) means one GPU; a null is refused as kvlib refuses None
+    const layout = (key) => (input.has(key) && input.get(key) !== undefined ? input.get(key) : "1");
+    const tp = integer("tensor_parallel_size", layout("tensor_parallel_size"), limits.tensor_parallel_size);
+    const pp = integer("pipeline_parallel_size", layout("pipeline_parallel_size"), limits.pipeline_parallel_size);
     if (!(gpuGib > 0) || overheadGib < 0) {
       fail("memory_sign", floatRepr(gpuGib), floatRepr(overheadGib));
     }
     const gpu = big(Math.trunc(gpuGib * GiB)); // int(gpu_gib * GiB)
     if (gpu < 1n) fail("memory_byte", String(gpuGib));
-    const m = models[input.model];
-    const kv = catalog.kv_dtypes[input.kv_dtype];
-    const weightDtype = catalog.kv_dtypes[input.weight_dtype];
+    const m = models.get(input.get("model"));
+    const kv = dtypes.get(input.get("kv_dtype"));
+    const weightDtype = dtypes.get(input.get("weight_dtype"));
     if (!m || !kv || !weightDtype) fail("choose");
-    const context = integer("context", input.context);
+    const context = integer("context", input.get("context"));
     if (context > m.max_context) {
       fail("long_context", group(String(context)), m.name, group(String(m.max_context)));
     }
-    const batch = integer("batch", input.batch, limits.batch);
+    const batch = integer("batch", input.get("batch"), limits.batch);
     checkParallel(m, tp, pp);
 
     const gpus = tp * pp;
