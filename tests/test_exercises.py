@@ -196,3 +196,55 @@ def test_a_right_function_that_returns_numpy_numbers_passes(key):
         return [np.int64(v) for v in value] if isinstance(value, list) else np.float64(value)
 
     assert exercises.check(key, numpy_form).ok
+
+
+def _hostile_answers():
+    """Values a reader might hand any check by mistake: huge ints, NaN, inf, strings, containers,
+    numpy and torch scalars, tensors of the wrong shape, endless iterators, functions that return
+    such values or raise a multi-line error. (check("7.3", 10**400) raised OverflowError; a 0-d
+    tensor raised TypeError from 3.1 and 7.4; a function returning a (40, 2) tensor, from 3.6.)"""
+    import itertools
+
+    import numpy as np
+    import torch
+
+    def raises(*args, **kwargs):
+        raise ValueError("first line\nsecond line")
+
+    values = [10**400, -(10**400), [10**400] * 3, [[10**400] * 3] * 4, float("nan"), float("inf"), 1e308]
+    values += ["x", "68", b"x", None, {}, {"a": 1}, set(), (1,), [], [1, 2], [[1]], True, 0, -1, 2**64, 1j]
+    values += [np.int64(5), np.float32("nan"), np.array(np.nan), np.zeros((2, 3)), np.array(["a"]), object()]
+    values += [torch.tensor(5), torch.tensor(float("nan")), torch.zeros(0), torch.zeros(2, 3, 4)]
+    values += [torch.zeros(3, dtype=torch.bool), range(10**20), itertools.count(), (i for i in range(3))]
+    returns = [None, float("nan"), 10**400, "x", [10**400], torch.zeros(0), torch.zeros(40, 2), np.int64(5)]
+    values += [lambda *args, _r=r, **kwargs: _r for r in returns]
+    values += [raises, lambda x, bits, group_size: x * 1e308]
+    return values
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_any_value_gets_a_one_line_verdict_never_a_traceback(key):
+    """check() answers every value with a Feedback on one line (or a one-line KVLibError): no OverflowError,
+    TypeError or hang from the check itself, whatever the reader hands it."""
+    for answer in _hostile_answers():
+        try:
+            feedback = exercises.check(key, answer)
+        except KVLibError as error:
+            assert "\n" not in str(error), (key, answer)
+            continue
+        assert "\n" not in feedback.message and len(feedback.message) > 5, (key, answer, feedback)
+
+
+@pytest.mark.parametrize(
+    "key, answer, hint",
+    [
+        ("7.3", 10**400, "answer with a (4, 3) tensor or nested list of numbers, not int"),
+        ("3.1", __import__("torch").tensor(5), "answer with three numbers"),
+        ("7.4", __import__("itertools").count(), "answer with a list of positions"),
+        ("7.4", range(10**20), "answer with a list of positions"),
+    ],
+    ids=["7.3 10**400", "3.1 0-d tensor", "7.4 endless iterator", "7.4 range(10**20)"],
+)
+def test_the_crashes_found_are_hints(key, answer, hint):
+    feedback = exercises.check(key, answer)
+    assert not feedback.ok and feedback.message.startswith(hint), feedback.message

@@ -66,6 +66,8 @@ def check(key: str, answer: Any) -> Feedback:
     if answer is Ellipsis:
         return Feedback(key, False, f"not answered yet. First hint: {first_hint(key)}", answered=False)
     hint = judge(answer)
+    if hint is not None:
+        hint = " ".join(hint.split())  # one line, even where it quotes a reader's multi-line error
     return Feedback(key, hint is None, "correct." if hint is None else hint)
 
 

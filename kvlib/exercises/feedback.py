@@ -8,6 +8,7 @@ the exercises of every chapter (0 to 5, 7 and 8).
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from dataclasses import dataclass
@@ -42,6 +43,42 @@ def as_number(value) -> int | float | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+MAX_ITEMS = 10_000  # an answer of more items than this is no list of positions (and an endless iterator ends)
+
+
+def as_items(value, most: int = MAX_ITEMS) -> list | None:
+    """``value``'s items as a list if it is a list, tuple, array, tensor or other iterable of at most
+    ``most`` items; else ``None`` (then the check gives a hint).
+
+    A string, bytes or a dict is no list of numbers; a 0-d array or tensor has ``__len__`` and
+    ``__iter__`` but raises TypeError from both; ``range(10**20)`` raises OverflowError from
+    ``len``, and an endless iterator would hang ``list()``: all of those are answered with a hint.
+    """
+    if isinstance(value, str | bytes | bytearray | dict) or getattr(value, "ndim", None) == 0:
+        return None
+    if not hasattr(value, "__iter__"):
+        return None
+    try:
+        items = list(itertools.islice(iter(value), most + 1))
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return None
+    return items if len(items) <= most else None
+
+
+def as_float_tensor(value):
+    """``value`` as a float64 torch tensor (a tensor, an array, a nested list of numbers), or ``None``.
+
+    ``torch.as_tensor`` raises TypeError, ValueError or RuntimeError for what is not numbers, and
+    OverflowError for an int beyond a float (``10**400``): each is answered with a hint, not a traceback.
+    """
+    import torch  # here: most chapters' checks never need torch
+
+    try:
+        return torch.as_tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
 
 
 def returned_hint(got, what: str) -> str | None:

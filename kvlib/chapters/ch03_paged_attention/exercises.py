@@ -20,7 +20,7 @@ from kvlib.chapters.ch03_paged_attention.block_manager_exercise import (
     check_3_3,
     solve_3_3,
 )
-from kvlib.exercises.feedback import numeric_answer  # a number checked against the mistakes it is known for
+from kvlib.exercises.feedback import as_items, as_number, numeric_answer  # answers as lists and numbers
 from kvlib.kernels.torch_gather import gather_blocks
 from kvlib.paged.block_manager import BlockManager
 from kvlib.paged.usage import block_usage
@@ -127,10 +127,11 @@ def check_3_1(answer):
 
     None if right, else a hint that names the part and the likely mistake.
     """
-    if isinstance(answer, str | bytes | dict) or not hasattr(answer, "__len__") or len(answer) != 3:
+    parts = as_items(answer, most=3)
+    if parts is None or len(parts) != 3:
         return "answer with three numbers: (blocks, MiB left empty, empty fraction when reserving 2,048)"
     hints = (_blocks_hint, _paging_hint, _reservation_hint)
-    for part, hint_of, value in zip(("blocks", "MiB", "fraction"), hints, answer, strict=True):
+    for part, hint_of, value in zip(("blocks", "MiB", "fraction"), hints, parts, strict=True):
         if hint := hint_of(value):
             return f"{part}: {hint}"
     return None
@@ -339,12 +340,13 @@ def check_3_6(answer):
                 returned = answer(manager.block_table(seq_id), n, block_size)
             except Exception as error:  # the reader's code: report, do not crash
                 return f"your function raised {type(error).__name__}: {error}"
-            if isinstance(returned, str | bytes | dict) or not hasattr(returned, "__iter__"):
+            items = as_items(returned)
+            if items is None:
                 return (
                     f"your function returned {returned!r}"[:80]
                     + f" ({type(returned).__name__}), not a list of slots"
                 )
-            got = list(returned)
+            got = [as_number(slot) for slot in items]  # numpy or torch integers compare as ints
             if got == expected:
                 continue
             table = manager.block_table(seq_id)

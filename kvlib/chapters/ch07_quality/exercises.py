@@ -14,6 +14,8 @@ import torch
 from kvlib.cache.eviction_policies import eviction_policy
 from kvlib.chapters.ch07_quality.tradeoffs import QUARTER_BUDGET
 from kvlib.exercises.feedback import (  # a number checked against the mistakes it is known for
+    as_float_tensor,
+    as_items,
     as_number,
     numeric_answer,
 )
@@ -157,9 +159,8 @@ def check_7_3(answer):
 
     None if right, else a hint that names the likely mistake.
     """
-    try:
-        got = torch.as_tensor(answer, dtype=torch.float64)
-    except (TypeError, ValueError, RuntimeError):
+    got = as_float_tensor(answer)
+    if got is None:
         return f"answer with a (4, 3) tensor or nested list of numbers, not {type(answer).__name__}"
     expected = pooled_rows(_k_proj(), 2, 2, "mean")
     if got.shape == (2, 3):
@@ -206,9 +207,10 @@ def check_7_4(answer):
     register = range(1, 1 + 3 * config.num_facts)  # positions 1 .. 24: KEY VALUE ; eight times
     kept = eviction_policy("sinks", QUARTER_BUDGET).kept_positions(range(config.probe_from))
     expected = [p for p in kept if p in register]
-    if isinstance(answer, str) or not hasattr(answer, "__iter__"):
+    positions = as_items(answer)
+    if positions is None:
         return f"answer with a list of positions, such as [5, 6], not {type(answer).__name__}"
-    numbers = [as_number(p) for p in answer]
+    numbers = [as_number(p) for p in positions]
     if any(not isinstance(n, int) for n in numbers):
         return "answer with a list of whole positions, such as [5, 6]"
     got = sorted(numbers)
@@ -276,9 +278,8 @@ def _quantizer_input(shape: tuple[int, ...], group_size: int) -> torch.Tensor:
 
 def _read_back_hint(x: torch.Tensor, got, bits: int, group_size: int) -> str | None:
     """None if ``got`` is ``x`` quantized in ``bits`` and read back within half a step; else a hint."""
-    try:
-        y = torch.as_tensor(got, dtype=torch.float64)
-    except (TypeError, ValueError, RuntimeError):
+    y = as_float_tensor(got)
+    if y is None:
         return f"your function returned {type(got).__name__}, not a tensor of read-back values"
     if y.shape != x.shape:
         return f"x of shape {tuple(x.shape)} came back as shape {tuple(y.shape)}: return one value per value"
