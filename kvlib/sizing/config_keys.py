@@ -119,9 +119,10 @@ IGNORED_KEYS = frozenset(
         "scale_attn_weights", "scale_attention_softmax_in_fp32", "attn_scale", "attn_rotary_emb",
         "normalization_layer_name", "add_final_layer_norm", "init_config", "ffn_dim_divisor", "seq_aux",
         "shared_intermediate_size", "_attn_implementation_autoset", "pre_allocate_kv_cache",
-        # BLOOM's ALiBi offset, StableLM-2's q/k/v biases, transformers' choice of attention kernel
-        # (InternLM2.5): how scores are computed, not how many K/V values are kept
-        "offset_alibi", "use_qkv_bias", "attn_implementation", "_attn_implementation",
+        # BLOOM's ALiBi offset and Megatron fused-bias switch (skip_bias_add_qkv, in BLOOM's configs),
+        # StableLM-2's q/k/v biases, transformers' choice of attention kernel (InternLM2.5): how
+        # scores are computed, not how many K/V values are kept
+        "offset_alibi", "skip_bias_add_qkv", "use_qkv_bias", "attn_implementation", "_attn_implementation",
         # the context before RoPE scaling (the model's maximum is max_position_embeddings)
         "original_max_position_embeddings", "initial_context_length",
     }
