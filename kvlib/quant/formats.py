@@ -69,9 +69,10 @@ class KVQuantFormat:
 
     def token_dtype(self, head_dim: int) -> KVDtype:
         """The chapter 2 :class:`KVDtype` of one token's quantized vector (a value; a key unless KIVI)."""
+        require_int(head_dim, "head_dim", low=1)
         if self.bits is None:
             raise KVLibError("format 'none' stores vectors as computed: it has no quantized dtype")
-        group = self.group_size or head_dim
+        group = min(self.group_size or head_dim, head_dim)  # a larger group is one group of the vector
         if self.is_fp8:
             return KVDtype("fp8", 8, group_size=group, meta_bytes=FP8_META_BYTES)
         return KVDtype(f"int{self.bits}", self.bits, group_size=group, meta_bytes=MINMAX_META_BYTES)
@@ -83,6 +84,7 @@ class KVQuantFormat:
 
     def num_residual(self, num_tokens: int) -> int:
         """Tokens of a context of ``num_tokens`` still unquantized: ``num_tokens mod residual_length``."""
+        num_tokens = require_int(num_tokens, "num_tokens", low=0)
         if self.bits is None:
             return num_tokens  # nothing is ever quantized
         return num_tokens % self.residual_length if self.residual_length else 0
@@ -94,7 +96,7 @@ class KVQuantFormat:
         here amortised over them; the residual's full-precision tokens are not included
         (see :meth:`context_bytes`).
         """
-        value_bytes = self.token_dtype(head_dim).vector_bytes(head_dim)
+        value_bytes = self.token_dtype(head_dim).vector_bytes(head_dim)  # head_dim checked there
         if not self.per_channel_keys:
             return 2 * value_bytes
         key_group_bytes = head_dim * self.channel_dtype().vector_bytes(self.residual_length)

@@ -54,7 +54,7 @@ def quantize_fp8(x: torch.Tensor, group_size: int | None = None) -> Fp8Tensor:
     if x.ndim == 0 or x.shape[-1] == 0:
         raise KVLibError(f"x must have a non-empty last dim, not shape {tuple(x.shape)}")
     length = x.shape[-1]
-    group_size = check_group_size(length if group_size is None else group_size)
+    group_size = check_group_size(length if group_size is None else group_size, length)
     groups = grouped(x.float(), group_size)  # (..., num_groups, group_size)
     scale = fp16_scale(groups.abs().amax(dim=-1), FP8_MAX)  # (..., num_groups), rounded up
     divisor = torch.where(scale == 0, torch.ones_like(scale), scale).float()  # all-zero groups stay 0

@@ -17,6 +17,7 @@ and is read back exactly. The fp16 metadata bound the inputs: values beyond fp16
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -34,17 +35,24 @@ def check_floats(x: torch.Tensor, what: str = "x", within_fp16: bool = True) -> 
     if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_DTYPES:
         dtype = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise KVLibError(f"{what} must be a float32, float16 or bfloat16 tensor, not {dtype}")
+    if x.is_meta:  # a shape without values: nothing to quantize (and .item() would raise)
+        raise KVLibError(f"{what} must hold values, not be a meta tensor")
     # compared in float32: in bfloat16, 65504 itself rounds up to 65536, which would pass
     magnitude = x.abs() if x.dtype != torch.bfloat16 else x.abs().float()
     if within_fp16 and x.numel() and not bool((magnitude <= FP16_MAX).all()):  # NaN fails the test too
         raise KVLibError(f"{what} holds values that are not finite or beyond fp16's range (±{FP16_MAX:g})")
 
 
-def check_group_size(group_size: int) -> int:
-    """``group_size`` if it is a positive integer; a one-line KVLibError otherwise."""
-    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
-        raise KVLibError(f"group_size must be a positive integer, not {group_size!r}")
-    return group_size
+def check_group_size(group_size: int, length: int | None = None) -> int:
+    """``group_size`` if it is a positive integer (numpy integers too); a one-line KVLibError otherwise.
+
+    Given the vector ``length``, a larger group is one group of the whole vector, as it would be
+    after padding: the size returned is then ``length`` (a group of 10**9 would otherwise pad every
+    vector to 10**9 values, and one of 10**30 overflow torch's pad).
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 1:
+        raise KVLibError(f"group_size must be a positive integer, not {group_size!r}"[:200])
+    return int(group_size) if length is None else min(int(group_size), length)
 
 
 FP16_TINIEST = 2.0**-24  # the smallest positive float16 (a subnormal)
@@ -86,11 +94,13 @@ def grouped(x: torch.Tensor, group_size: int) -> torch.Tensor:
 
     Replicating the last value leaves the last group's minimum and maximum unchanged.
     """
-    length = x.shape[-1]
+    *lead, length = x.shape
     pad = -length % group_size
-    if pad:
-        x = F.pad(x.reshape(-1, 1, length), (0, pad), mode="replicate").view(*x.shape[:-1], length + pad)
-    return x.view(*x.shape[:-1], -1, group_size)
+    if pad and x.numel():
+        x = F.pad(x.reshape(-1, 1, length), (0, pad), mode="replicate").view(*lead, length + pad)
+    elif pad:  # no vectors (a leading dim of 0): nothing to replicate
+        x = x.new_zeros(*lead, length + pad)
+    return x.view(*lead, (length + pad) // group_size, group_size)  # the count given: -1 fails on 0 values
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,7 @@ def quantize_minmax(x: torch.Tensor, bits: int, group_size: int = 32) -> Quantiz
     bits = 8 // check_bits(bits)
     if x.ndim == 0 or x.shape[-1] == 0:
         raise KVLibError(f"x must have a non-empty last dim, not shape {tuple(x.shape)}")
+    group_size = check_group_size(group_size, x.shape[-1])
     groups = grouped(x.float(), group_size)  # (..., num_groups, group_size)
     zero = fp16_toward(groups.amin(dim=-1), float("-inf"))  # (..., num_groups), <= every value
     top = 2**bits - 1
