@@ -32,6 +32,31 @@ from kvlib.paged.block_manager import BlockManager
 from kvlib.paged.step_inputs import StepInputs
 
 
+def check_cache_arguments(config, device, dtype, enable_prefix_caching) -> None:
+    """What :class:`PagedKVCache` is built from, checked before any pool is allocated: a model config
+    with positive num_layers, num_kv_heads and head_dim, a floating-point torch dtype, a device torch
+    can name, and a bool prefix-caching switch (else a one-line KVLibError naming the argument)."""
+    for name in ("num_layers", "num_kv_heads", "head_dim"):
+        value = getattr(config, name, None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KVLibError(
+                f"config must be a model config (kvlib.model.config.ModelConfig) with a positive {name}, "
+                f"not {type(config).__name__}"
+            )
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise KVLibError(
+            f"dtype must be a floating-point torch dtype (torch.float32 ...), not {dtype!r}"[:200]
+        )
+    try:
+        torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError):
+        raise KVLibError(
+            f"device must be a torch device such as 'cpu' or 'cuda', not {device!r}"[:200]
+        ) from None
+    if not isinstance(enable_prefix_caching, bool):
+        raise KVLibError(f"enable_prefix_caching must be True or False, not {enable_prefix_caching!r}"[:200])
+
+
 @dataclass(frozen=True)
 class AttentionMetadata:
     """Where one forward pass writes and reads, the same for every layer (vLLM's attention metadata)."""
@@ -75,6 +100,7 @@ class PagedKVCache:
         dtype=torch.float32,
         enable_prefix_caching: bool = True,
     ):
+        check_cache_arguments(config, device, dtype, enable_prefix_caching)
         self.manager = BlockManager(
             num_blocks, block_size, enable_prefix_caching, copy_block=self._copy_block
         )
@@ -84,7 +110,8 @@ class PagedKVCache:
                 shape, device=device, dtype=dtype
             )  # (layers, blocks, block_size, kv_heads, hd)
             self.v = torch.zeros(shape, device=device, dtype=dtype)
-        except (RuntimeError, MemoryError, TypeError) as exc:  # too large for the device, or no dtype
+        # too large for the device, no dtype, or a device this torch lacks (AssertionError: no CUDA)
+        except (RuntimeError, MemoryError, TypeError, AssertionError) as exc:
             num_bytes = 2 * math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
             raise KVLibError(
                 f"cannot allocate the K/V pools of num_blocks {num_blocks:,} x block_size {block_size} "
@@ -138,6 +165,10 @@ class PagedKVCache:
         ``partial``: the pass may run fewer tokens than lack K/V, the next ones in order (a chunk
         of a prompt, chapter 8's chunked prefill); only those are marked computed.
         """
+        if not isinstance(seq_ids, list | tuple | range):  # a generator has no len, a tensor no truth value
+            raise KVLibError(f"seq_ids must be a list of sequence ids, not {type(seq_ids).__name__}")
+        if not isinstance(partial, bool):
+            raise KVLibError(f"partial must be True or False, not {partial!r}"[:200])
         if not seq_ids:
             raise KVLibError("schedule needs at least one sequence")
         for seq_id in seq_ids:
@@ -278,6 +309,7 @@ class PagedKVCache:
 
     def read(self, seq_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The stored K and V of one sequence in one layer, each (num_kv_heads, seq_len, head_dim)."""
+        require_int(layer, "layer", 0, self.num_layers - 1)  # -1 would read the last layer unasked
         table = torch.tensor(self.manager.block_table(seq_id), device=self.k.device)[None]  # (1, blocks)
         length = self.manager.num_computed(seq_id)
         # (1, blocks * block_size, kv_heads, head_dim) each
