@@ -203,3 +203,21 @@ def test_encoder_and_image_tokens_set_the_cross_attention_length(capsys):
 def test_cross_attention_lengths_where_they_do_not_apply_are_refused(args, message):
     result = kvlib("size", *args)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_size_and_help_start_without_torch():
+    """``size`` is arithmetic: neither it nor ``--help`` imports torch (a torch import costs seconds)."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from kvlib.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['size', 'Llama-3-8B', '--context', '8192']) == 0\n"
+        "    try:\n"
+        "        main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'pandas')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """``python -m kvlib capacity``: the KV cache vLLM would allocate, and the lines it would log (chapter 2).
 
-:func:`add_capacity_command` adds the command to the subparsers of ``python -m kvlib`` (kvlib/cli.py
-calls it); :func:`run_capacity` is its handler, over :func:`kvlib.sizing.vllm_capacity.vllm_capacity`.
+:func:`add_parser` adds the command to the subparsers of ``python -m kvlib``; :func:`run` is its
+handler, over :func:`kvlib.sizing.vllm_capacity.vllm_capacity`.
 The model is a catalog name or a ``config.json`` path, as for ``size``. Memory is given in GiB per
 GPU, as vLLM logs it; the flags that are vLLM's keep vLLM's names. Bad input raises
 :class:`~kvlib.KVLibError` (the CLI prints one line and exits 2): a float that is not finite, a
@@ -16,10 +16,9 @@ import sys
 from dataclasses import asdict
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
+from kvlib.cli.model_flags import MODEL_HELP, VERBOSE_HELP, check_parallel_flags, report_ignored_keys
 from kvlib.sizing.capacity import MAX_GIB, weight_bytes
-from kvlib.sizing.catalog import catalog_entry, catalog_names, model_config, resolve_model
-from kvlib.sizing.config_keys import ignored_keys
+from kvlib.sizing.catalog import catalog_entry, catalog_names, resolve_model
 from kvlib.sizing.vllm_capacity import VLLMCapacity, vllm_capacity, vllm_log_lines
 from kvlib.units import GiB, ceil_div
 
@@ -54,20 +53,7 @@ def _weights(args, spec) -> tuple[int, str]:
     return ceil_div(total, gpus), f"estimated: {args.weight_dtype} parameters / {gpus} GPU(s)"
 
 
-def check_parallel_flags(args) -> None:
-    """--tensor-parallel-size and --pipeline-parallel-size: integers >= 1, named by their flag."""
-    require_int(args.tensor_parallel_size, "--tensor-parallel-size", low=1)
-    require_int(args.pipeline_parallel_size, "--pipeline-parallel-size", low=1)
-
-
-def report_ignored_keys(model) -> None:
-    """``--verbose``: one stderr line listing the config keys kvlib ignores (none can change the cache)."""
-    keys = ignored_keys(model_config(model))
-    listed = ", ".join(keys) if keys else "none"
-    sys.stderr.write(f"kvlib: ignored config keys (they cannot change the KV cache): {listed}\n")
-
-
-def run_capacity(args) -> int:
+def run(args) -> int:
     """The handler of ``python -m kvlib capacity`` (argparse namespace in, exit status out)."""
     check_parallel_flags(args)
     spec = resolve_model(args.model)
@@ -135,12 +121,12 @@ def format_capacity(c: VLLMCapacity, weights_source: str = "given") -> str:
     return "\n".join([*table, "vLLM logs:", *(f"  {line}" for line in vllm_log_lines(c))])
 
 
-def add_capacity_command(subparsers) -> None:
+def add_parser(subparsers) -> None:
     """Add ``capacity`` to the subparsers of ``python -m kvlib`` (the parser class is the caller's)."""
     cap = subparsers.add_parser(
         "capacity", help="the KV blocks, cached tokens and concurrency vLLM would get on one GPU"
     )
-    cap.add_argument("model", help="catalog name (e.g. Llama-3-8B) or path to a Hugging Face config.json")
+    cap.add_argument("model", help=MODEL_HELP)
     gib = {"type": float, "metavar": "GIB"}
     cap.add_argument("--gpu-memory-gib", required=True, help="total memory of one GPU", **gib)
     cap.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM's flag (default 0.9)")
@@ -161,12 +147,8 @@ def add_capacity_command(subparsers) -> None:
     cap.add_argument("--pipeline-parallel-size", type=int, default=1, help="vLLM's flag (default 1)")
     cap.add_argument("--max-num-batched-tokens", type=int, default=8192, help="vLLM's flag (default 8192)")
     cap.add_argument("--json", action="store_true", help="print one JSON object")
-    cap.add_argument(
-        "--verbose",
-        action="store_true",
-        help="list on stderr the config keys kvlib ignores (none can change the KV cache)",
-    )
-    cap.set_defaults(func=run_capacity)
+    cap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+    cap.set_defaults(func=run)
 
 
 # Each CLI flag and the vllm_capacity input it sets (its vLLM meaning: VLLM_FLAGS).

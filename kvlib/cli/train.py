@@ -10,9 +10,10 @@ Two forms, both seeded and both writing a safetensors file with its checksum
   as the GQA paper does, or ``keep``) and trains it further for ``--steps`` steps on documents
   it has not seen (another ``--data-seed``) at the peak learning rate's last value.
 
-kvlib/cli.py defines the flags (so that ``python -m kvlib --help`` does not load torch); ``make
-weights`` runs the four commands that made the shipped files. Progress goes to stderr
-every 100 steps; the summary (steps, seconds, threads, last loss, checksum) to stdout.
+torch is imported when the command runs, not when its flags are added (so that ``python -m kvlib
+--help`` does not load it); ``make weights`` runs the four commands that made the shipped files.
+Progress goes to stderr every 100 steps; the summary (steps, seconds, threads, last loss,
+checksum) to stdout.
 """
 
 from __future__ import annotations
@@ -23,24 +24,39 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
 from kvlib import KVLibError
-from kvlib.model.head_pooling import pool_kv_heads
-from kvlib.model.llama import TinyLlama
-from kvlib.train.checkpoint import load_model, save_model
-from kvlib.train.trainer import MAX_BATCH_SIZE, MAX_DATA_SEED, MAX_STEPS, QUALITY_MODEL, TrainConfig, train
 
 UPTRAIN_FRACTION = 0.05  # the GQA paper uptrains for 5 % of the pre-training steps
 UPTRAIN_DATA_SEED = 1  # uptraining's documents are not the pre-training ones
 
 
-def run_train(args) -> int:
+def add_parser(subparsers) -> None:
+    """Add ``train`` to the subparsers of ``python -m kvlib``."""
+    p = subparsers.add_parser("train", help="train chapter 7's model (or uptrain a pooled copy) into a file")
+    p.add_argument("--out", required=True, help="where to write the .safetensors file (and its .sha256)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 2000, uptraining 5%%)")
+    p.add_argument("--batch-size", type=int, default=8, help="documents per step")
+    p.add_argument("--data-seed", type=int, default=None, help="seed of the documents (default 0; uptrain 1)")
+    p.add_argument("--uptrain", metavar="FILE", help="start from this model, converted to --num-kv-heads")
+    p.add_argument("--num-kv-heads", type=int, help="K/V heads of the converted model (with --uptrain)")
+    p.add_argument("--pool", choices=("mean", "keep"), default="mean", help="how K/V heads are merged")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
     """The handler of ``train``: build or convert the model, train it, save it, print a summary.
 
     Every flag is checked before the model is built, so that a mistake costs no training time.
     """
     check_train_args(args)
+    import torch
+
+    from kvlib.model.head_pooling import pool_kv_heads
+    from kvlib.model.llama import TinyLlama
+    from kvlib.train.checkpoint import load_model, save_model
+    from kvlib.train.trainer import QUALITY_MODEL, TrainConfig, train
+
     base_steps = TrainConfig.num_steps
     if args.uptrain is None:
         model = TinyLlama(QUALITY_MODEL)
@@ -92,6 +108,8 @@ def check_train_args(args) -> None:
     only with them; ``--out``: a ``.safetensors`` path that is not a directory, in a folder that
     can be written.
     """
+    from kvlib.train.trainer import MAX_BATCH_SIZE, MAX_DATA_SEED, MAX_STEPS
+
     if (args.uptrain is None) != (args.num_kv_heads is None):
         raise KVLibError("--uptrain and --num-kv-heads go together")
     if args.uptrain is None and args.pool != "mean":

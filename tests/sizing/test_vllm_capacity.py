@@ -203,7 +203,7 @@ def test_every_input_maps_to_a_vllm_flag():
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
     """``python -m kvlib capacity ...`` as kvlib.cli.main runs a command (one line and 2 on KVLibError)."""
     parser = _Parser(prog="python -m kvlib")
-    capacity_command.add_capacity_command(parser.add_subparsers(dest="command", parser_class=_Parser))
+    capacity_command.add_parser(parser.add_subparsers(dest="command", parser_class=_Parser))
     try:
         args = parser.parse_args(["capacity", *argv])
         status = args.func(args)
@@ -278,11 +278,11 @@ def test_command_warns_beyond_the_maximum_context(capsys):
     assert status == 0 and "exceeds Llama-3-8B's maximum of 8,192 tokens" in err
 
 
-def test_add_capacity_command_works_with_a_plain_parser():
+def test_the_capacity_parser_works_with_a_plain_parser():
     parser = argparse.ArgumentParser()
-    capacity_command.add_capacity_command(parser.add_subparsers())
+    capacity_command.add_parser(parser.add_subparsers())
     args = parser.parse_args(["capacity", "Llama-3-8B", "--gpu-memory-gib", "80", "--activation-gib", "2"])
-    assert args.func is capacity_command.run_capacity and args.block_size == 16
+    assert args.func is capacity_command.run and args.block_size == 16
 
 
 # ------------------------------------------------------------------ fuzz: an independent reference
