@@ -46,6 +46,8 @@ class KVGroupSpec:
     state_blocks: int = 0  # > 0: a fixed-state (Mamba) group holding this many blocks per sequence
 
     def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise KVLibError(f"a group's name must be a string, not {self.name!r}"[:200])
         require_int(self.num_layers, f"group {self.name!r}: num_layers")
         if self.window is not None:
             require_int(self.window, f"group {self.name!r}: window")
@@ -213,7 +215,7 @@ class HybridBlockManager:
         if self.free_out_of_window:
             for spec, table in zip(self.groups, seq.tables, strict=True):
                 if spec.kind == "sliding":
-                    self._free_skipped(table, first_needed_block(num_tokens, spec.window, self.block_size))
+                    self._free_skipped(table, _first_needed(num_tokens, spec.window, self.block_size))
 
     def _free_skipped(self, table: list[int], first_needed: int) -> None:
         """Free the blocks before ``first_needed``, newest first, and put the null block in their place."""
@@ -244,13 +246,27 @@ class HybridBlockManager:
 def first_needed_block(num_computed: int, window: int, block_size: int) -> int:
     """The first block a sliding window of ``window`` tokens still needs once ``num_computed`` tokens
     are computed: the next query (position ``num_computed``) sees keys from ``num_computed - window + 1``
-    on, so the blocks wholly before that key are never read again (vLLM's ``last_useful_token``)."""
+    on, so the blocks wholly before that key are never read again (vLLM's ``last_useful_token``).
+
+    Checked (a one-line KVLibError for a negative count, a window or block size below 1); the
+    manager's own loop calls the unchecked :func:`_first_needed`."""
+    require_int(num_computed, "num_computed", low=0)
+    require_int(window, "window")
+    require_int(block_size, "block_size")
+    return _first_needed(num_computed, window, block_size)
+
+
+def _first_needed(num_computed: int, window: int, block_size: int) -> int:
     return max(0, num_computed - window + 1) // block_size
 
 
 def held_blocks_per_sequence(groups: Sequence[KVGroupSpec], num_tokens: int, block_size: int) -> int:
     """Blocks one computed sequence of ``num_tokens`` tokens holds with windows freeing: the closed
     form of what :class:`HybridBlockManager` keeps (chapter 10 checks the two agree)."""
+    if not isinstance(groups, list | tuple) or not all(isinstance(g, KVGroupSpec) for g in groups):
+        raise KVLibError(f"groups must be a list of KVGroupSpec, not {groups!r}"[:200])
+    require_int(num_tokens, "num_tokens", low=0)
+    require_int(block_size, "block_size")
     total = 0
     for spec in groups:
         if spec.kind == "state":
@@ -258,5 +274,5 @@ def held_blocks_per_sequence(groups: Sequence[KVGroupSpec], num_tokens: int, blo
         else:
             total += num_blocks_for(num_tokens, block_size)
             if spec.kind == "sliding":
-                total -= first_needed_block(num_tokens, spec.window, block_size)
+                total -= _first_needed(num_tokens, spec.window, block_size)
     return total

@@ -44,14 +44,38 @@ Entry = tuple[torch.Tensor, torch.Tensor]  # K and V of one block: (layers, bloc
 
 
 def entry_bytes(entry: Entry) -> int:
-    """Bytes of one block's K and V."""
-    return sum(t.numel() * t.element_size() for t in entry)
+    """Bytes of one block's K and V (a one-line KVLibError for what is no (K, V) pair: check_entry)."""
+    return sum(t.numel() * t.element_size() for t in check_entry(entry))
+
+
+MAX_KEY = 128  # characters of a block key: a hash (64 hex digits), short enough to name a file
 
 
 def _check_key(key) -> str:
-    if not isinstance(key, str) or not key.isalnum():
-        raise KVLibError(f"a block key is a block hash (letters and digits), not {key!r}"[:200])
+    if not isinstance(key, str) or not key.isalnum() or len(key) > MAX_KEY:
+        raise KVLibError(
+            f"a block key is a block hash (letters and digits, at most {MAX_KEY}), not {key!r}"[:200]
+        )
     return key
+
+
+def check_entry(entry) -> Entry:
+    """``entry`` if it is one block's (K, V): two tensors of one shape and dtype that hold values
+    (not meta tensors); else a one-line KVLibError. Checked where an entry comes in (``put``)."""
+    if (
+        not isinstance(entry, tuple | list)
+        or len(entry) != 2
+        or not all(isinstance(t, torch.Tensor) for t in entry)
+    ):
+        raise KVLibError(f"an entry is one block's (K, V), two tensors, not {type(entry).__name__}")
+    k, v = entry
+    if k.shape != v.shape or k.dtype != v.dtype or k.is_meta or v.is_meta:
+        meta = " (meta)" if k.is_meta or v.is_meta else ""
+        raise KVLibError(
+            f"an entry's K and V must be tensors of one shape and dtype that hold values, not "
+            f"{tuple(k.shape)} {k.dtype} and {tuple(v.shape)} {v.dtype}{meta}"
+        )
+    return k, v
 
 
 class CPUTier:
@@ -65,6 +89,8 @@ class CPUTier:
 
     def __init__(self, capacity_bytes: int, pin_memory: bool | None = None):
         self.capacity_bytes = require_int(capacity_bytes, "the CPU tier's capacity_bytes", 0)
+        if pin_memory is not None and not isinstance(pin_memory, bool):
+            raise KVLibError(f"pin_memory must be True, False or None, not {pin_memory!r}"[:200])
         self.pin_memory = pin_memory
         self._entries: OrderedDict[str, Entry] = OrderedDict()  # least recently used first
         self.num_bytes = 0
@@ -122,9 +148,14 @@ class DiskTier:
 
     def __init__(self, capacity_bytes: int, directory: str | Path | None = None):
         self.capacity_bytes = require_int(capacity_bytes, "the disk tier's capacity_bytes", 0)
+        if directory is not None and not isinstance(directory, str | Path):
+            raise KVLibError(f"directory must be a path (str or Path) or None, not {directory!r}"[:200])
         self._own_dir = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="kvlib-offload-") if directory is None else directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # not a folder, cannot be made, no permission
+            raise KVLibError(f"the disk tier cannot use {str(directory)[:100]!r} ({exc.strerror})") from None
         self._entries: OrderedDict[str, tuple[torch.Size, torch.dtype, int]] = OrderedDict()
         self.num_bytes = 0
 
@@ -196,6 +227,11 @@ class TieredStore:
     def __init__(self, cpu: CPUTier | None, disk: DiskTier | None = None):
         if cpu is None and disk is None:
             raise KVLibError("a tiered store needs a CPU tier, a disk tier or both")
+        if not isinstance(cpu, CPUTier | None) or not isinstance(disk, DiskTier | None):
+            raise KVLibError(
+                f"a tiered store takes a CPUTier and a DiskTier (or None), not "
+                f"{type(cpu).__name__} and {type(disk).__name__}"
+            )
         self.cpu, self.disk = cpu, disk
         self.counts = TierCounts()
 

@@ -32,10 +32,9 @@ from kvlib.paged.block_manager import BlockManager
 from kvlib.paged.step_inputs import StepInputs
 
 
-def check_cache_arguments(config, device, dtype, enable_prefix_caching) -> None:
-    """What :class:`PagedKVCache` is built from, checked before any pool is allocated: a model config
-    with positive num_layers, num_kv_heads and head_dim, a floating-point torch dtype, a device torch
-    can name, and a bool prefix-caching switch (else a one-line KVLibError naming the argument)."""
+def check_model_config(config) -> None:
+    """A KVLibError unless ``config`` has the positive integer num_layers, num_kv_heads and head_dim a
+    cache is shaped by (a :class:`~kvlib.model.config.ModelConfig`; not None, not a dict)."""
     for name in ("num_layers", "num_kv_heads", "head_dim"):
         value = getattr(config, name, None)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -43,6 +42,13 @@ def check_cache_arguments(config, device, dtype, enable_prefix_caching) -> None:
                 f"config must be a model config (kvlib.model.config.ModelConfig) with a positive {name}, "
                 f"not {type(config).__name__}"
             )
+
+
+def check_cache_arguments(config, device, dtype, enable_prefix_caching) -> None:
+    """What :class:`PagedKVCache` is built from, checked before any pool is allocated: a model config
+    with positive num_layers, num_kv_heads and head_dim, a floating-point torch dtype, a device torch
+    can name, and a bool prefix-caching switch (else a one-line KVLibError naming the argument)."""
+    check_model_config(config)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise KVLibError(
             f"dtype must be a floating-point torch dtype (torch.float32 ...), not {dtype!r}"[:200]
@@ -135,7 +141,11 @@ class PagedKVCache:
         """A paged cache shaped for ``model`` (a :class:`~kvlib.model.llama.TinyLlama`), on its
         device and in its dtype: what every paged generation loop, the engine and its
         calibration start from."""
-        weight = model.lm_head.weight
+        weight = getattr(getattr(model, "lm_head", None), "weight", None)
+        if not isinstance(weight, torch.Tensor):
+            raise KVLibError(
+                f"model must be a kvlib model (TinyLlama, LeanLlama), not {type(model).__name__}"
+            )
         return cls(model.config, num_blocks, block_size, weight.device, weight.dtype, enable_prefix_caching)
 
     @property

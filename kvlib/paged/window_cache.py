@@ -20,11 +20,13 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
+from kvlib.checks import are_token_ids, require_int
+from kvlib.kernels.shape_checks import check_heads, check_step
 from kvlib.kernels.torch_gather import gather_blocks
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 from kvlib.paged.hybrid_manager import HybridBlockManager, KVGroupSpec
+from kvlib.paged.paged_cache import check_model_config
 
 
 def window_groups(windows: Sequence[int | None]) -> tuple[list[KVGroupSpec], list[int], list[int]]:
@@ -33,6 +35,11 @@ def window_groups(windows: Sequence[int | None]) -> tuple[list[KVGroupSpec], lis
     Every group must have as many layers as the others: storage tensor ``t`` holds the ``t``-th
     layer of each group (vLLM shares one tensor between layers of different groups the same way).
     """
+    if not isinstance(windows, list | tuple) or not windows:
+        raise KVLibError(f"windows must be a non-empty list of windows (int or None), not {windows!r}"[:200])
+    for window in windows:
+        if window is not None:
+            require_int(window, "a window (tokens, or None for full attention)")
     names = list(dict.fromkeys(windows))
     layer_group = [names.index(w) for w in windows]
     sizes = [layer_group.count(g) for g in range(len(names))]
@@ -60,6 +67,10 @@ class WindowedPagedCache:
         free_out_of_window: bool = True,
         allocator_windows: Sequence[int | None] | None = None,
     ):
+        check_model_config(config)
+        window_groups(windows)  # a list of windows, each None or a positive integer
+        if allocator_windows is not None:
+            window_groups(allocator_windows)
         windows = list(windows)
         if len(windows) != config.num_layers:
             raise KVLibError(f"windows has {len(windows)} entries for {config.num_layers} layers")
@@ -80,12 +91,18 @@ class WindowedPagedCache:
 
     def schedule(self, seq_ids: Sequence[int]) -> None:
         """Choose the sequences (in batch order) of the next forward pass."""
+        if not isinstance(seq_ids, list | tuple | range):
+            raise KVLibError(f"seq_ids must be a list of sequence ids, not {type(seq_ids).__name__}")
         if not seq_ids or len(set(seq_ids)) != len(seq_ids):
-            raise KVLibError(f"schedule needs distinct sequences, not {list(seq_ids)}")
+            raise KVLibError(f"schedule needs distinct sequences, not {list(seq_ids)}"[:200])
+        for seq_id in seq_ids:
+            self.manager.num_tokens(seq_id)  # raises for an unknown or freed sequence
         self._batch = list(seq_ids)
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Positions (batch, num_new) of the scheduled sequences' tokens without K/V; slots per group."""
+        if not self._batch:
+            raise KVLibError("no sequences scheduled: call cache.schedule(seq_ids) before running the model")
         num_new = require_int(num_new, "num_new")
         manager = self.manager
         starts = [manager.num_computed(s) for s in self._batch]
@@ -127,6 +144,16 @@ class WindowedPagedCache:
         """
         if self._pass is None:
             raise KVLibError("attend before prepare: schedule, then prepare")
+        num_new = self._pass["positions"].shape[1]
+        check_step(
+            layer, self.num_layers, q, k, v, (len(self._batch), self.k.shape[3], num_new, self.k.shape[4])
+        )
+        for name, tensor in (("q", q), ("k", k), ("v", v)):
+            if tensor.dtype != self.k.dtype or tensor.device != self.k.device:
+                raise KVLibError(
+                    f"{name} must be {self.k.dtype} on {self.k.device} like the cache, "
+                    f"not {tensor.dtype} on {tensor.device}"
+                )
         group, index = self.layer_group[layer], self.layer_index[layer]
         batch, num_heads, num_new, head_dim = q.shape
         num_kv_heads = k.shape[1]
@@ -151,6 +178,12 @@ def window_mask(positions: torch.Tensor, num_keys: int, window: int | None) -> t
 
     returns: (batch, num_new, num_keys)
     """
+    if not isinstance(positions, torch.Tensor) or positions.dim() != 2 or positions.dtype.is_floating_point:
+        shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise KVLibError(f"positions must be a (batch, num_new) integer tensor, not {shape}")
+    require_int(num_keys, "num_keys", low=0)
+    if window is not None:
+        require_int(window, "window")
     keys = torch.arange(num_keys)[None, None, :]  # (1, 1, num_keys)
     p = positions[:, :, None]  # (batch, num_new, 1)
     visible = keys <= p
@@ -164,6 +197,25 @@ def masked_attention(
 ) -> torch.Tensor:
     """Attention of q (batch, heads, new, hd) over k, v (batch, kv_heads, keys, hd) where ``visible``
     (batch, new, keys) allows, each K/V head serving a group of query heads; (batch, heads, new, hd)."""
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+            shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise KVLibError(f"{name} must be a 4-d tensor (batch, heads, length, head_dim), not {shape}")
+    if k.shape != v.shape or k.shape[0] != q.shape[0]:
+        raise KVLibError(
+            f"k and v must share one shape and q's batch, not {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    check_heads(q.shape[1], q.shape[3], k.shape[1], k.shape[3])
+    expected = (q.shape[0], q.shape[2], k.shape[2])
+    if (
+        not isinstance(visible, torch.Tensor)
+        or visible.dtype != torch.bool
+        or tuple(visible.shape) != expected
+    ):
+        shape = tuple(visible.shape) if isinstance(visible, torch.Tensor) else type(visible).__name__
+        raise KVLibError(
+            f"visible must be a (batch, num_new, num_keys) = {expected} bool tensor, not {shape}"
+        )
     batch, num_heads, num_new, head_dim = q.shape
     num_kv_heads, num_keys = k.shape[1], k.shape[2]
     group = num_heads // num_kv_heads
@@ -197,6 +249,17 @@ def generate_windowed(
 ) -> WindowedRun:
     """Greedy generation of ``num_new`` tokens per prompt on a :class:`WindowedPagedCache`: each prompt
     prefilled alone, then all decoded together, one token per step."""
+    if not isinstance(model, TinyLlama):
+        raise KVLibError(f"model must be a kvlib TinyLlama, not {type(model).__name__}")
+    if not isinstance(prompts, list | tuple) or not prompts:
+        raise KVLibError(f"prompts must be a non-empty list of token-id lists, not {prompts!r}"[:200])
+    for prompt in prompts:
+        if not are_token_ids(prompt) or not prompt or max(prompt) >= model.config.vocab_size:
+            raise KVLibError(
+                f"each prompt must be a non-empty list of token ids in 0..{model.config.vocab_size - 1}, "
+                f"not {prompt!r}"[:200]
+            )
+    require_int(num_new, "num_new")
     cache = WindowedPagedCache(
         model.config, windows, num_blocks, block_size, free_out_of_window, allocator_windows
     )
