@@ -16,6 +16,7 @@ from matplotlib.patches import Patch
 from kvlib.chapters.ch02_cache_size.decode_roofline import DecodeMeasurement
 from kvlib.plotting.common import axes
 from kvlib.sizing.catalog import catalog_entry, catalog_table
+from kvlib.sizing.deployment import Deployment
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
 from kvlib.sizing.widget import capacity_report
 
@@ -38,7 +39,7 @@ def draw_max_batch(
         limit = catalog_entry(name).spec.max_context
         contexts = [c for c in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768) if c <= limit]
         batches = [
-            capacity_report(name, c, 1, kv_dtype, gpu_gib, "bf16", overhead_gib)["max_batch"]
+            capacity_report(Deployment(name, c, 1, kv_dtype, gpu_gib, "bf16", overhead_gib))["max_batch"]
             for c in contexts
         ]
         ax.plot(contexts, batches, "o-", label=name)

@@ -16,6 +16,8 @@ of kvlib), so the sizes are exact and every later layer can use them.
   table, and their export as JSON for the browser.
 - ``capacity``: weights, free memory, largest batch and context on one GPU, and the report
   of ``python -m kvlib size``.
+- ``deployment``: :class:`Deployment`, the nine numbers of one model served on one or more GPUs
+  (model, context, batch, KV and weight dtypes, GPU memory, overhead, TP and PP sizes), checked once.
 - ``widget``: the notebook's ipywidgets calculator and its static table.
 - ``web_calculator``: the calculator of the online book, as HTML plus ``web/calculator.js``.
 """

@@ -81,15 +81,15 @@ def answer_rows(
     share, max batch and max context are that GPU's (:func:`kvlib.sizing.widget.capacity_report`).
     """
     report = calculator_report(
-        model,
-        context,
-        batch,
-        kv_dtype,
-        gpu_gib,
-        weight_dtype,
-        overhead_gib,
-        tensor_parallel_size,
-        pipeline_parallel_size,
+        model=model,
+        context=context,
+        batch=batch,
+        kv_dtype=kv_dtype,
+        gpu_gib=gpu_gib,
+        weight_dtype=weight_dtype,
+        overhead_gib=overhead_gib,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
     )
     entry = catalog_entry(model)
     spec = entry.spec

@@ -1,8 +1,10 @@
 """The notebook's KV-cache calculator: chapter 2's sizing for any catalog model, GPU and KV dtype.
 
-:func:`capacity_report` does the arithmetic (with :mod:`kvlib.sizing.capacity` and, for a
-model split over ``tensor_parallel_size x pipeline_parallel_size`` GPUs as vLLM splits it,
-:mod:`kvlib.sizing.parallel`; it is what the tests check); :func:`calculator` wraps it in
+:func:`capacity_report` does the arithmetic for a :class:`~kvlib.sizing.deployment.Deployment`
+(with :mod:`kvlib.sizing.capacity` and, for a model split over ``tensor_parallel_size x
+pipeline_parallel_size`` GPUs as vLLM splits it, :mod:`kvlib.sizing.parallel`; it is what the
+tests check); :func:`calculator_report` takes the forms' values, within their :data:`LIMITS`;
+:func:`calculator` wraps it in
 ipywidgets for readers who run the notebook locally (ipywidgets is imported only then).
 :func:`capacity_overview` is the static table shown beside the widget, and
 :func:`kvlib.plotting.draw_max_batch` the static plot, so that readers of the online book see
@@ -14,13 +16,15 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import fields
 
 from kvlib import KVLibError
 from kvlib.checks import require_int
-from kvlib.sizing.capacity import MAX_GIB, max_batch, max_context, weight_bytes
+from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
+from kvlib.sizing.deployment import Deployment
 from kvlib.sizing.dtypes import KV_DTYPES
-from kvlib.sizing.parallel import check_parallel, kv_heads_per_gpu, per_gpu_bytes, pp_layer_ranges
+from kvlib.sizing.parallel import kv_heads_per_gpu, per_gpu_bytes, pp_layer_ranges
 from kvlib.sizing.spec import cache_bytes
 from kvlib.units import GiB, ceil_div
 
@@ -34,83 +38,39 @@ LIMITS = {
     "tensor_parallel_size": 1024,
     "pipeline_parallel_size": 1024,
 }
+_DEFAULTS = {f.name: f.default for f in fields(Deployment)}
 
 
-def check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size) -> None:
-    """The form's bounds, checked first as the script checks them (each message names the field)."""
-    for key, name, value in (("gpu_gib", "GPU memory", gpu_gib), ("overhead_gib", "overhead", overhead_gib)):
+def check_limits(fields: dict) -> None:
+    """The form's bounds, checked first as the script checks them (each message names the field).
+
+    ``fields`` are the form's values by :class:`~kvlib.sizing.deployment.Deployment`'s field names;
+    a field left out is checked at its default.
+    """
+    for key, name in (("gpu_gib", "GPU memory"), ("overhead_gib", "overhead")):
+        value = fields.get(key, _DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise KVLibError(f"{name} must be a number of GiB, not {value!r}")
         if value > LIMITS[key]:
             raise KVLibError(f"{name} must be at most {LIMITS[key]:,} GiB here")
-    for key, value in (
-        ("tensor_parallel_size", tensor_parallel_size),
-        ("pipeline_parallel_size", pipeline_parallel_size),
-    ):
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        value = fields.get(key, _DEFAULTS[key])
         require_int(value, key, low=1)
         if value > LIMITS[key]:
             raise KVLibError(f"{key} must be at most {LIMITS[key]:,} here")
 
 
-def calculator_report(
-    model: str,
-    context: int,
-    batch: int,
-    kv_dtype: str = "fp16",
-    gpu_gib: float = 80.0,
-    weight_dtype: str = "bf16",
-    overhead_gib: float = 4.0,
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-) -> dict:
-    """:func:`capacity_report` within the calculators' :data:`LIMITS`: what both calculators show."""
-    check_limits(gpu_gib, overhead_gib, tensor_parallel_size, pipeline_parallel_size)
-    report = capacity_report(
-        model, context, batch, kv_dtype, gpu_gib, weight_dtype, overhead_gib,
-        tensor_parallel_size, pipeline_parallel_size,
-    )  # fmt: skip
-    if batch > LIMITS["batch"]:
+def calculator_report(**fields) -> dict:
+    """What both calculators show for the form's ``fields`` (:class:`Deployment`'s names): the
+    form's :data:`LIMITS` checked first, as the script checks them, then :func:`capacity_report`."""
+    check_limits(fields)
+    report = capacity_report(Deployment(**fields))
+    if report["batch"] > LIMITS["batch"]:
         raise KVLibError(f"batch must be at most {LIMITS['batch']:,} here")
     return report
 
 
-def gpu_memory_bytes(gpu_gib: float, overhead_gib: float) -> tuple[int, int]:
-    """(GPU bytes, overhead bytes) from GiB, ``int(x * GiB)``; a one-line KVLibError for what cannot be.
-
-    Both must be finite real numbers (not bools, not strings), the GPU positive and at least
-    one byte (below it the GPU's share would divide by zero), the overhead non-negative, both at most
-    :data:`~kvlib.sizing.capacity.MAX_GIB`.
-    """
-    numbers = [not isinstance(v, bool) and isinstance(v, (int, float)) for v in (gpu_gib, overhead_gib)]
-    if not all(numbers) or not (math.isfinite(gpu_gib) and math.isfinite(overhead_gib)):
-        raise KVLibError(
-            f"GPU memory and overhead must be finite numbers of GiB, not {gpu_gib!r} and {overhead_gib!r}"
-        )
-    if not gpu_gib > 0 or overhead_gib < 0:
-        raise KVLibError(
-            f"GPU memory must be positive and overhead non-negative, not {gpu_gib} and {overhead_gib} GiB"
-        )
-    if max(gpu_gib, overhead_gib) > MAX_GIB:
-        raise KVLibError(
-            f"GPU memory and overhead must be at most {MAX_GIB:,} GiB, not {gpu_gib!r} and {overhead_gib!r}"
-        )
-    gpu = int(gpu_gib * GiB)
-    if gpu < 1:
-        raise KVLibError(f"GPU memory must be at least one byte, not {gpu_gib!r} GiB")
-    return gpu, int(overhead_gib * GiB)
-
-
-def capacity_report(
-    model: str,
-    context: int,
-    batch: int,
-    kv_dtype: str = "fp16",
-    gpu_gib: float = 80.0,
-    weight_dtype: str = "bf16",
-    overhead_gib: float = 4.0,
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-) -> dict:
+def capacity_report(deployment: Deployment) -> dict:
     """Cache size, share of the GPU, and what fits, for one catalog model on one GPU, or on each GPU
     of ``tensor_parallel_size x pipeline_parallel_size`` GPUs laid out as vLLM does (chapter 2).
 
@@ -119,15 +79,16 @@ def capacity_report(
     share, the max batch and the max context are that GPU's. With one GPU the numbers are
     :func:`kvlib.sizing.capacity.max_batch` and :func:`~kvlib.sizing.capacity.max_context`'s.
     """
-    gpu, overhead = gpu_memory_bytes(gpu_gib, overhead_gib)
-    if not isinstance(model, str):
-        raise KVLibError(f"model must be a catalog name, not {model!r}")
-    entry = catalog_entry(model)
+    if not isinstance(deployment, Deployment):
+        raise KVLibError(f"deployment must be a kvlib.sizing.deployment.Deployment, not {deployment!r:.60}")
+    d = deployment
+    gpu, overhead = d.gpu_bytes, d.overhead_bytes
+    entry = d.entry
     spec = entry.spec
-    weights = weight_bytes(entry.num_parameters, weight_dtype)
+    context, batch, kv_dtype = d.context, d.batch, d.kv_dtype
+    weights = weight_bytes(entry.num_parameters, d.weight_dtype)
     cache = cache_bytes(spec, context, batch, kv_dtype)
-    check_parallel(spec, tensor_parallel_size, pipeline_parallel_size)
-    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    tp, pp = d.tensor_parallel_size, d.pipeline_parallel_size
     gpu_weights = ceil_div(weights, tp * pp)
     gpu_cache = per_gpu_bytes(spec, context, batch, kv_dtype, tp, pp)
     return {
@@ -137,7 +98,7 @@ def capacity_report(
         "batch": batch,
         "weights_gib": weights / GiB,
         "cache_gib": cache / GiB,
-        "gpu_gib": gpu_gib,
+        "gpu_gib": d.gpu_gib,
         "gpu_fraction": (gpu_weights + overhead + gpu_cache) / gpu,
         "fits": gpu_weights + overhead + gpu_cache <= gpu,
         "max_batch": max_batch(spec, context, gpu, gpu_weights, overhead, kv_dtype, tp, pp),
@@ -145,7 +106,7 @@ def capacity_report(
         "model_max_context": spec.max_context,
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
-        "num_gpus": tp * pp,
+        "num_gpus": d.num_gpus,
         "weight_bytes_per_gpu": gpu_weights,
         "per_gpu_bytes": gpu_cache,
         "kv_heads_per_gpu": kv_heads_per_gpu(spec, tp),
@@ -194,7 +155,7 @@ def calculator(model: str = "Llama-3-8B", context: int = 8192, batch: int = 8, g
     rounded to another one; a value kvlib refuses (beyond :data:`LIMITS` too) shows kvlib's one-line
     message instead of the answer, as the online calculator does.
     """
-    calculator_report(model, context, batch, gpu_gib=gpu_gib)  # bad starting values: kvlib's words
+    calculator_report(model=model, context=context, batch=batch, gpu_gib=gpu_gib)  # bad values: kvlib's words
     import ipywidgets as w
 
     controls = {
@@ -233,7 +194,7 @@ def capacity_overview(
         ctx = min(context, catalog_entry(name).spec.max_context)
         row = {"model": name, "context": ctx}
         for dtype in kv_dtypes:
-            r = capacity_report(name, ctx, 1, dtype, gpu_gib, "bf16", overhead_gib)
+            r = capacity_report(Deployment(name, ctx, 1, dtype, gpu_gib, "bf16", overhead_gib))
             row["weights GiB"] = round(r["weights_gib"], 1)
             row[f"GiB/seq {dtype}"] = round(r["cache_gib"], 3)
             row[f"max batch {dtype}"] = r["max_batch"]

@@ -19,6 +19,7 @@ from kvlib import KVLibError
 from kvlib.sizing import web_calculator
 from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
+from kvlib.sizing.deployment import Deployment
 from kvlib.sizing.spec import bytes_per_token, cache_bytes
 from kvlib.sizing.widget import capacity_report
 from kvlib.units import GiB
@@ -98,7 +99,7 @@ def kvlib_numbers(inputs: dict) -> dict:
     weights = weight_bytes(entry.num_parameters, i["weight_dtype"])
     gpu, overhead = int(i["gpu_gib"] * GiB), int(i["overhead_gib"] * GiB)
     report = capacity_report(
-        i["model"], context, batch, kv, i["gpu_gib"], i["weight_dtype"], i["overhead_gib"]
+        Deployment(i["model"], context, batch, kv, i["gpu_gib"], i["weight_dtype"], i["overhead_gib"])
     )
     return {
         "per_token": bytes_per_token(spec, kv),

@@ -23,6 +23,7 @@ from kvlib.sizing.capacity import (
 from kvlib.sizing.catalog import catalog_config, catalog_entry, model_config
 from kvlib.sizing.config_keys import IGNORED_KEYS, check_keys, ignored_keys
 from kvlib.sizing.config_reader import spec_from_config
+from kvlib.sizing.deployment import Deployment
 from kvlib.sizing.dtypes import KVDtype, kv_dtype
 from kvlib.sizing.layer_groups import MAX_COUNT, MAX_LISTED_LAYERS
 from kvlib.sizing.spec import (
@@ -166,9 +167,7 @@ def test_vllm_capacity_bounds_its_lengths_and_bytes():
 
 
 def test_widget_refuses_values_beyond_what_it_can_hold():
-    one_line_error(
-        lambda: widget.capacity_report("Llama-3-8B", 8192, 1, gpu_gib=1e300), f"at most {MAX_GIB:,} GiB"
-    )
+    one_line_error(lambda: Deployment("Llama-3-8B", 8192, 1, gpu_gib=1e300), f"at most {MAX_GIB:,} GiB")
     one_line_error(lambda: widget.calculator(context=0), "context must be an integer >= 1, not 0")
     one_line_error(lambda: widget.calculator(model="Llama3"), "unknown model")  # not a traitlets TraitError
     one_line_error(lambda: widget.calculator(batch=1.5), "batch must be an integer")

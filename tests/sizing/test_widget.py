@@ -10,23 +10,28 @@ from kvlib import KVLibError
 from kvlib.sizing import widget as c
 from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
+from kvlib.sizing.deployment import Deployment
 from kvlib.sizing.spec import cache_bytes
 from kvlib.units import GiB
 
 
 def test_report_numbers():
-    r = c.capacity_report("Llama-3-8B", 8192, 8, "fp16", gpu_gib=80, weight_dtype="bf16", overhead_gib=4)
+    r = c.capacity_report(
+        Deployment("Llama-3-8B", 8192, 8, "fp16", gpu_gib=80, weight_dtype="bf16", overhead_gib=4)
+    )
     assert r["cache_gib"] == 8.0 and r["max_batch"] == 61 and r["fits"]
     assert r["gpu_fraction"] == pytest.approx((16_060_522_496 / 2**30 + 4 + 8) / 80)
-    assert c.capacity_report("Llama-2-70B", 4096, 1, gpu_gib=80)["max_batch"] == 0  # 138 GB of bf16 weights
-    assert "does NOT fit" in c.report_html(c.capacity_report("Llama-3-8B", 8192, 100))
+    assert (
+        c.capacity_report(Deployment("Llama-2-70B", 4096, 1, gpu_gib=80))["max_batch"] == 0
+    )  # 138 GB of bf16 weights
+    assert "does NOT fit" in c.report_html(c.capacity_report(Deployment("Llama-3-8B", 8192, 100)))
 
 
 def test_bad_input_is_named():
     with pytest.raises(KVLibError, match="GPU memory must be positive"):
-        c.capacity_report("Llama-3-8B", 10, 1, gpu_gib=0)
+        c.capacity_report(Deployment("Llama-3-8B", 10, 1, gpu_gib=0))
     with pytest.raises(KVLibError, match="did you mean"):
-        c.capacity_report("Llama3-8B", 10, 1)
+        c.capacity_report(Deployment("Llama3-8B", 10, 1))
 
 
 def test_widget_updates_and_reports_errors():
@@ -50,7 +55,7 @@ LLAMA3_WEIGHTS = 16_060_522_496  # 8,030,261,248 bf16 parameters x 2 bytes
 
 
 def test_tensor_and_pipeline_parallel_report_the_fullest_gpu():
-    r = c.capacity_report("Llama-3-8B", 8192, 8, tensor_parallel_size=2, pipeline_parallel_size=2)
+    r = c.capacity_report(Deployment("Llama-3-8B", 8192, 8, tensor_parallel_size=2, pipeline_parallel_size=2))
     # each GPU: a quarter of the weights; 16 of the 32 layers; 4 of the 8 KV heads
     assert r["weight_bytes_per_gpu"] == 16_060_522_496 // 4 == 4_015_130_624
     assert r["kv_heads_per_gpu"] == 4 and r["layers_per_gpu"] == 16 and r["num_gpus"] == 4
@@ -63,9 +68,9 @@ def test_tensor_and_pipeline_parallel_report_the_fullest_gpu():
 
 
 def test_tp_beyond_the_kv_heads_and_mla_latent():
-    r = c.capacity_report("Llama-3-8B", 8192, 1, tensor_parallel_size=16)
+    r = c.capacity_report(Deployment("Llama-3-8B", 8192, 1, tensor_parallel_size=16))
     assert r["kv_heads_per_gpu"] == 1 and r["per_gpu_bytes"] == 32 * 8192 * (2 * 1 * 128 * 2)
-    mla = c.capacity_report("DeepSeek-V3", 4096, 1, "fp8", 141, "fp8", tensor_parallel_size=8)
+    mla = c.capacity_report(Deployment("DeepSeek-V3", 4096, 1, "fp8", 141, "fp8", tensor_parallel_size=8))
     assert mla["per_gpu_bytes"] == 61 * 4096 * (512 + 64)  # the whole latent on every rank
     assert "the MLA latent x 61 layers" in c.report_html(mla)
 
@@ -76,7 +81,7 @@ def test_one_gpu_is_what_it_always_was():
         entry = catalog_entry(name)
         spec, weights = entry.spec, weight_bytes(entry.num_parameters, "bf16")
         for context, batch in ((1, 1), (min(4097, spec.max_context), 7), (spec.max_context, 3)):
-            r = c.capacity_report(name, context, batch, "int4", 80, "bf16", 4)
+            r = c.capacity_report(Deployment(name, context, batch, "int4", 80, "bf16", 4))
             cache = cache_bytes(spec, context, batch, "int4")
             assert r["gpu_fraction"] == (weights + 4 * GiB + cache) / (80 * GiB)
             assert r["max_batch"] == max_batch(spec, context, 80 * GiB, weights, 4 * GiB, "int4")
@@ -104,7 +109,7 @@ def test_one_gpu_is_what_it_always_was():
 def test_wrong_types_and_values_are_one_line_errors(kw, message):
     args = {"model": "Llama-3-8B", "context": 8192, "batch": 1, "gpu_gib": 80.0, **kw}
     with pytest.raises(KVLibError, match=re.escape(message)) as error:
-        c.capacity_report(**args)
+        Deployment(**args)
     assert "\n" not in str(error.value)
 
 
