@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+from collections.abc import Sequence
 
 from kvlib import KVLibError
 
@@ -68,6 +69,39 @@ def are_token_ids(values) -> bool:
         (type(t) is int or (isinstance(t, numbers.Integral) and not isinstance(t, bool))) and t >= 0
         for t in values
     )
+
+
+def check_seq_id(seq_id) -> None:
+    """A sequence id is a dict key: a list or another unhashable value is a KVLibError, not a TypeError.
+
+    The block managers keep a block table per sequence id; an unhashable id would otherwise fail
+    far from the call that passed it.
+    """
+    try:
+        hash(seq_id)
+    except TypeError:
+        raise KVLibError(
+            f"a sequence id must be hashable (an int or a string), not {seq_id!r}"[:MAX_MESSAGE]
+        ) from None
+
+
+def checked_token_ids(token_ids: Sequence[int]) -> Sequence[int]:
+    """``token_ids`` itself, once it is checked to be a sequence (a list or tuple the block managers can
+    index and read again later, not a generator or a string) of non-negative integers, at least one."""
+    if isinstance(token_ids, str | bytes) or not isinstance(token_ids, Sequence):
+        kind = type(token_ids).__name__
+        raise KVLibError(
+            f"token ids must be a list or tuple of integers, not {kind} {token_ids!r}"[:MAX_MESSAGE]
+        )
+    try:
+        values = [operator.index(t) for t in token_ids]
+    except TypeError:
+        raise KVLibError(f"token ids must be integers, not {token_ids!r}"[:MAX_MESSAGE]) from None
+    if not values:
+        raise KVLibError("a sequence needs at least one token")
+    if min(values) < 0:
+        raise KVLibError(f"token ids must be non-negative, not {min(values)}")
+    return token_ids
 
 
 def check_token_tensor(tokens, name: str, vocab_size: int) -> None:

@@ -4,7 +4,7 @@
   free queue in LRU order and the prefix cache of full blocks by hash.
 - ``block_manager``: each sequence's block table, copy-on-write and prefix hashing, and the
   rollback of speculative tokens (chapter 8); the caller owns each sequence's token list,
-  which the manager only reads. ``block_arguments`` holds the checks of its arguments.
+  which the manager only reads (its sequence-id and token-id checks are in :mod:`kvlib.checks`).
 - ``usage``: what the blocks hold at a moment: statistics (:func:`block_usage`) and
   snapshots for the figures (:func:`block_snapshot`).
 - ``paged_cache``: :class:`PagedKVCache`, the cache the model writes to and reads from, and

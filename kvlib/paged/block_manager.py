@@ -41,8 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvlib import KVLibError
-from kvlib.checks import as_int, require_int
-from kvlib.paged.block_arguments import check_seq_id, checked_token_ids
+from kvlib.checks import as_int, check_seq_id, checked_token_ids, require_int
 from kvlib.paged.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
 from kvlib.units import ceil_div
 

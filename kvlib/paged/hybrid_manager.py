@@ -28,8 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvlib import KVLibError
-from kvlib.checks import as_int, require_int
-from kvlib.paged.block_arguments import check_seq_id
+from kvlib.checks import as_int, check_seq_id, require_int
 from kvlib.paged.block_manager import num_blocks_for
 from kvlib.paged.block_pool import BlockPool
 

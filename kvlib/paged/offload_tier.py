@@ -35,8 +35,7 @@ import numpy as np
 import torch
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
-from kvlib.paged.block_arguments import checked_token_ids
+from kvlib.checks import checked_token_ids, require_int
 from kvlib.paged.block_pool import hash_block_tokens
 from kvlib.paged.paged_cache import PagedKVCache
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvlib import KVLibError
-from kvlib.paged.block_arguments import check_seq_id, checked_token_ids
+from kvlib.checks import check_seq_id, checked_token_ids
 from kvlib.paged.block_manager import Allocation, BlockManager, SequenceBlocks
 from kvlib.paged.block_pool import KVCacheBlock
 from kvlib.paged.paged_cache import PagedKVCache
