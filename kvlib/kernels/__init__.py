@@ -22,8 +22,9 @@ matrix products of the lean decode step (chapter 1).
 - ``shape_checks``: the one copy of the shape checks every path makes (q's heads and head_dim
   against the cache's, q's batch against the block tables, a cache step's layer, q, k and v):
   a compiled kernel given a mismatched query would return NaN, wrong numbers or crash.
-- ``row_product`` and ``numba_rows``: ``add + x @ w`` for the few rows of a decode step,
-  streaming the weights at the memory's rate (the lean step's products).
+- ``row_product``: :func:`row_product`, ``add + x @ w`` for the few rows of a decode step (the
+  lean step's products): the numba loop where it applies, ``torch.mm`` everywhere else.
+- ``numba_row_product``: that numba loop, streaming the weights at the memory's rate.
 - ``triton_decode``: the same contract on CUDA, in Triton (imported only where Triton is).
 - ``torch_gather``: the readable reference and test oracle: gather each sequence's blocks
   through its block table into one contiguous copy, then attend (:func:`paged_attention`);

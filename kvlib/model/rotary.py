@@ -12,8 +12,8 @@ small operations per step; :class:`RotaryTable` computes every position's once, 
 ``max_seq_len``, and a step looks its rows up (one gather each for cos and sin), as
 ``transformers`` and vLLM do with their cos/sin caches.
 
-The lean forward pass (:mod:`kvlib.model.lean`) rotates with :func:`rotate_signed`: the same
-rotation as :func:`apply_rotary` in three operators instead of seven, from one gather of a
+The lean forward pass (:mod:`kvlib.model.lean`) rotates with :func:`rotate_signed_into`: the same
+rotation as :func:`apply_rotary` in four operators that allocate nothing, from one gather of a
 table that holds cos beside a *signed* sin (its first half negated, :meth:`RotaryTable.lookup_signed`),
 so that a step needs no ``torch.cat`` and no negation.
 """
@@ -92,7 +92,7 @@ class RotaryTable:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and the signed sin for (batch, seq) positions, each (batch, 1, seq, head_dim), one gather.
 
-        The signed sin is ``sin`` with its first half negated, what :func:`rotate_signed` multiplies
+        The signed sin is ``sin`` with its first half negated, what :func:`rotate_signed_into` multiplies
         the swapped halves by. Both are views of one gathered (batch, 1, seq, 2 * head_dim) tensor,
         written into ``out`` (batch * seq, 2 * head_dim) if given. A position past the table grows
         it; on the CPU the gather itself finds such a position (it raises ``IndexError``), which
@@ -159,25 +159,20 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return (x * cos + rotated * sin).to(x.dtype)
 
 
-def rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """:func:`apply_rotary` in three operators: x * cos + (x with its halves swapped) * signed_sin.
-
-    x: (batch, heads, seq, head_dim), of any strides (the lean pass rotates the query and key
-    heads of one projection together); cos, signed_sin from :meth:`RotaryTable.lookup_signed`.
-    Swapping the halves (``roll`` by head_dim / 2) gives (x2, x1), and the signed sin turns it into
-    :func:`apply_rotary`'s (-x2, x1) * sin exactly; ``addcmul`` then adds the product with one
-    rounding, where :func:`apply_rotary` rounds twice, so the two agree to float32 rounding.
-    """
-    out = torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)  # (batch, heads, seq, head_dim)
-    return out if out.dtype == x.dtype else out.to(x.dtype)
-
-
 def rotate_signed_into(
     x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, out: torch.Tensor, rolled: torch.Tensor
 ) -> torch.Tensor:
-    """:func:`rotate_signed` written into ``out``, with ``rolled`` as scratch (both x's shape and
-    dtype, contiguous): four operators, none allocating (``roll`` has no ``out=``, so the halves
-    are swapped by two copies). The lean decode step's rotation (chapter 1)."""
+    """:func:`apply_rotary` written into ``out``: x * cos + (x with its halves swapped) * signed_sin.
+
+    The lean decode step's rotation (chapter 1). x: (batch, heads, seq, head_dim), of any strides
+    (the lean pass rotates the query and key heads of one projection together); cos, signed_sin
+    from :meth:`RotaryTable.lookup_signed`; ``out`` and ``rolled`` (scratch) of x's shape and
+    dtype, contiguous. Swapping the halves gives (x2, x1), and the signed sin turns it into
+    :func:`apply_rotary`'s (-x2, x1) * sin exactly; ``addcmul`` then adds the product with one
+    rounding, where :func:`apply_rotary` rounds twice, so the two agree to float32 rounding.
+    Four operators, none allocating (``roll`` has no ``out=``, so the halves are swapped by two
+    copies).
+    """
     half = x.shape[-1] // 2
     rolled[..., :half].copy_(x[..., half:])
     rolled[..., half:].copy_(x[..., :half])

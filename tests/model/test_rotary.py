@@ -11,7 +11,6 @@ from kvlib.model.rotary import (
     new_token_rotary,
     rotary_cos_sin,
     rotary_inv_freq,
-    rotate_signed,
     rotate_signed_into,
 )
 
@@ -81,7 +80,7 @@ def test_signed_lookup_past_the_table_grows_it_with_the_same_rows():
     assert torch.equal(cos, want_cos)
 
 
-def test_rotate_signed_equals_apply_rotary_to_rounding():
+def test_the_signed_rotation_equals_apply_rotary_to_rounding():
     config = ModelConfig(max_seq_len=256)
     table = RotaryTable(config)
     positions = torch.arange(200)[None]  # (1, 200)
@@ -89,7 +88,7 @@ def test_rotate_signed_equals_apply_rotary_to_rounding():
     # a transposed view, as the lean pass rotates its projection's heads
     x = x.transpose(1, 2).contiguous().transpose(1, 2)
     want = apply_rotary(x, *table.lookup(positions))
-    got = rotate_signed(x, *table.lookup_signed(positions))
+    got = rotate_signed_into(x, *table.lookup_signed(positions), torch.empty(x.shape), torch.empty(x.shape))
     assert got.shape == want.shape and got.dtype == x.dtype
     assert (got - want).abs().max() <= 1e-6 * want.abs().max()
 
@@ -107,7 +106,8 @@ def test_the_in_place_rotation_and_lookup_equal_the_allocating_ones_exactly():
     x = torch.randn(3, 6, 1, config.head_dim, generator=torch.Generator().manual_seed(1))
     out, rolled = torch.empty_like(x), torch.empty_like(x)
     assert rotate_signed_into(x, cos, sin, out, rolled) is out
-    assert torch.equal(out, rotate_signed(x, cos, sin))
+    half = config.head_dim // 2
+    assert torch.equal(out, torch.addcmul(x * cos, x.roll(half, -1), sin))  # the allocating way
     far = torch.tensor([[3], [100], [1]])  # past the table's 64 positions: the gather raises, it grows
     far_cos, far_sin = table.lookup_signed(far, out=angles)
     want_cos, want_sin = table.lookup_signed(far)
