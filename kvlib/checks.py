@@ -71,6 +71,14 @@ def are_token_ids(values) -> bool:
     )
 
 
+def check_new_tokens(num_new, length: int, max_len: int) -> None:
+    """A cache's ``prepare(num_new)``: ``num_new`` an int >= 1 that fits beside the ``length`` tokens
+    held, within ``max_len``; else a KVLibError saying so (a float or a bool would count a
+    fraction of a token, or one)."""
+    if isinstance(num_new, bool) or not isinstance(num_new, int) or num_new < 1 or length + num_new > max_len:
+        raise KVLibError(f"cannot add {num_new!r} tokens to {length} with max_len {max_len}"[:MAX_MESSAGE])
+
+
 def check_seq_id(seq_id) -> None:
     """A sequence id is a dict key: a list or another unhashable value is a KVLibError, not a TypeError.
 

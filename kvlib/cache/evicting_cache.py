@@ -35,7 +35,7 @@ import torch
 
 from kvlib import KVLibError
 from kvlib.cache.eviction_policies import H2O, SlidingWindow, StreamingLLM
-from kvlib.checks import require_int
+from kvlib.checks import check_new_tokens, require_int
 from kvlib.kernels.shape_checks import check_step
 from kvlib.model.config import ModelConfig
 
@@ -147,13 +147,7 @@ class EvictingKVCache:
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Count ``num_new`` more tokens per sequence; return their positions, (batch, num_new)."""
-        if (
-            isinstance(num_new, bool)
-            or not isinstance(num_new, int)
-            or num_new < 1
-            or self.length + num_new > self.max_len
-        ):
-            raise KVLibError(f"cannot add {num_new} tokens to {self.length} with max_len {self.max_len}")
+        check_new_tokens(num_new, self.length, self.max_len)
         self._start, self.length = self.length, self.length + num_new
         device = self._new_positions.device
         self._new_positions = torch.arange(self._start, self.length, device=device).expand(

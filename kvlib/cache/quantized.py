@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
+from kvlib.checks import check_new_tokens, require_int
 from kvlib.kernels.shape_checks import check_step
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import ModelConfig
@@ -57,13 +57,7 @@ class QuantizedKVCache:
 
     def prepare(self, num_new: int) -> torch.Tensor:
         """Count ``num_new`` more tokens per sequence; return their positions, (batch, num_new)."""
-        if (
-            isinstance(num_new, bool)
-            or not isinstance(num_new, int)
-            or num_new < 1
-            or self.length + num_new > self.max_len
-        ):
-            raise KVLibError(f"cannot add {num_new} tokens to {self.length} with max_len {self.max_len}")
+        check_new_tokens(num_new, self.length, self.max_len)
         self._start, self.length = self.length, self.length + num_new
         return self.positions[:, self._start : self.length]
 

@@ -208,10 +208,7 @@ class BlockManager:
         how many leading prompt tokens already have K/V in the cache (a multiple of
         ``block_size``); the caller runs the model on the remaining tokens only.
         """
-        checked_token_ids(token_ids)
-        check_seq_id(seq_id)
-        if seq_id in self.sequences:
-            raise KVLibError(f"sequence {seq_id} already has blocks (free it first or pick a new id)")
+        self._check_new(seq_id, token_ids)
         if self._blocks_short(token_ids) > 0:
             return None
         hits, hashes = self._cached_prefix(token_ids)
@@ -287,13 +284,7 @@ class BlockManager:
         draft token waits for :meth:`accept`.
         """
         seq = self._get(seq_id)
-        num_tokens = seq.num_tokens if num_tokens is None else as_int(num_tokens, "num_tokens")
-        if not seq.num_computed <= num_tokens <= seq.num_tokens:
-            raise KVLibError(
-                f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "
-                f"(has {seq.num_tokens}, {seq.num_computed} computed)"
-            )
-        seq.num_computed = num_tokens
+        seq.num_computed = computed_count(seq, seq_id, num_tokens)
         self._publish(seq)
 
     def _publish(self, seq: SequenceBlocks) -> None:
@@ -393,6 +384,13 @@ class BlockManager:
 
     # ------------------------------------------------------------------ checks
 
+    def _check_new(self, seq_id, token_ids: Sequence[int]) -> None:
+        """What :meth:`allocate` checks first: token ids, a hashable id that holds no blocks yet."""
+        checked_token_ids(token_ids)
+        check_seq_id(seq_id)
+        if seq_id in self.sequences:
+            raise KVLibError(f"sequence {seq_id} already has blocks (free it first or pick a new id)")
+
     def _get(self, seq_id: int) -> SequenceBlocks:
         check_seq_id(seq_id)
         seq = self.sequences.get(seq_id)
@@ -401,3 +399,15 @@ class BlockManager:
                 raise KVLibError(f"sequence {seq_id} was already freed")
             raise KVLibError(f"unknown sequence {seq_id!r}")
         return seq
+
+
+def computed_count(seq, seq_id, num_tokens: int | None) -> int:
+    """``mark_computed``'s count for ``seq`` (a sequence's blocks, any manager's): ``num_tokens``,
+    default all its tokens, from those already computed up to those with a slot; else a KVLibError."""
+    num_tokens = seq.num_tokens if num_tokens is None else as_int(num_tokens, "num_tokens")
+    if not seq.num_computed <= num_tokens <= seq.num_tokens:
+        raise KVLibError(
+            f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "
+            f"(has {seq.num_tokens}, {seq.num_computed} computed)"
+        )
+    return num_tokens

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from kvlib import KVLibError
 from kvlib.checks import as_int, check_seq_id, require_int
-from kvlib.paged.block_manager import num_blocks_for
+from kvlib.paged.block_manager import computed_count, num_blocks_for
 from kvlib.paged.block_pool import BlockPool
 
 NULL_BLOCK = 0  # the block id a sliding group's table holds where a block was freed
@@ -204,13 +204,7 @@ class HybridBlockManager:
         """Record that the K/V of the first ``num_tokens`` tokens (default: all with a slot) are
         written, then give back every sliding group's blocks that no later query can see."""
         seq = self._get(seq_id)
-        num_tokens = seq.num_tokens if num_tokens is None else as_int(num_tokens, "num_tokens")
-        if not seq.num_computed <= num_tokens <= seq.num_tokens:
-            raise KVLibError(
-                f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "
-                f"(has {seq.num_tokens}, {seq.num_computed} computed)"
-            )
-        seq.num_computed = num_tokens
+        seq.num_computed = num_tokens = computed_count(seq, seq_id, num_tokens)
         if self.free_out_of_window:
             for spec, table in zip(self.groups, seq.tables, strict=True):
                 if spec.kind == "sliding":

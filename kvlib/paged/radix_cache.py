@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kvlib import KVLibError
-from kvlib.checks import check_seq_id, checked_token_ids
 from kvlib.paged.block_manager import Allocation, BlockManager, SequenceBlocks
 from kvlib.paged.block_pool import KVCacheBlock
 from kvlib.paged.paged_cache import PagedKVCache
@@ -104,10 +102,7 @@ class RadixBlockManager(BlockManager):
     def allocate(self, seq_id: int, token_ids: Sequence[int]) -> Allocation | None:
         """Blocks for a prompt: the tree's matched blocks, then new ones (evicting leaves if the pool is
         short); ``None`` if even eviction leaves too few. The match stays locked until :meth:`free`."""
-        checked_token_ids(token_ids)
-        check_seq_id(seq_id)
-        if seq_id in self.sequences:
-            raise KVLibError(f"sequence {seq_id} already has blocks (free it first or pick a new id)")
+        self._check_new(seq_id, token_ids)
         if self._blocks_short(token_ids) > 0:
             return None
         match = self._match(token_ids)
