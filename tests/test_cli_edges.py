@@ -1,4 +1,4 @@
-"""The command line at its edges (issue 28): each hostile input is a one-line error with exit status 2,
+"""The command line at its edges: each hostile input is a one-line error with exit status 2,
 or an answer, within seconds. ``kvlib.cli.main`` runs in-process (stdout and stderr via capsys),
 and one case runs as ``python -m kvlib`` in a subprocess, as a reader types it."""
 

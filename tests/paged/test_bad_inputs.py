@@ -1,4 +1,4 @@
-"""A hostile round on kvlib.paged's public edges (issue 28): each bad call is a one-line KVLibError
+"""A hostile round on kvlib.paged's public edges: each bad call is a one-line KVLibError
 naming the argument, or a right answer.
 
 Found in the round: PagedKVCache(None) or of a dict was an AttributeError, dtype="float32" a

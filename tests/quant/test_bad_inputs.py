@@ -1,4 +1,4 @@
-"""A hostile round on kvlib.quant (issue 28): each bad call is a one-line KVLibError naming the
+"""A hostile round on kvlib.quant: each bad call is a one-line KVLibError naming the
 argument, or a right, finite answer.
 
 Found in the round: a group_size of 10**30 was a TypeError from torch's pad (and one of 10**9 would

@@ -1,4 +1,4 @@
-"""Issue 28's cases at kvlib.sizing's public edges: each a one-line KVLibError naming the argument and
+"""Hostile cases at kvlib.sizing's public edges: each a one-line KVLibError naming the argument and
 what is allowed, or a right finite answer, in bounded time (a regression corpus; tests/fuzz/ keeps it so).
 """
 
