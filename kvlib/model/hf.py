@@ -10,12 +10,13 @@ beside our generation.
 ``transformers`` is imported only inside these functions (it takes seconds to import),
 and its logging is lowered to errors only while they run (:func:`quiet_transformers`, which
 chapter 2's :mod:`kvlib.chapters.ch02_cache_size.size_check` also uses): its generation code logs advice at
-warning level that would otherwise land on stderr.
+warning level that would otherwise land on stderr. Every model here is built from a local
+configuration (no ``from_pretrained``), so nothing reaches the Hub; importing this module changes
+no environment variable.
 """
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import torch
@@ -24,8 +25,6 @@ from kvlib import KVLibError
 from kvlib.model.config import ModelConfig
 from kvlib.model.llama import TinyLlama
 from kvlib.model.seeding import seeded_weights
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything here is built locally; never reach the Hub
 
 
 @contextmanager

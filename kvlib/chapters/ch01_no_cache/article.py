@@ -25,7 +25,6 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from kvlib import KVLibError
 from kvlib.measure.timing import Timing, time_interleaved, time_it
@@ -154,6 +153,14 @@ class ArticleRun:
         return self.without_cache.min_s / self.with_cache.min_s
 
 
+def _blas_threads(limit: int | None):
+    """threadpoolctl's limit on numpy's BLAS threads, imported here: importing threadpoolctl sets
+    ``KMP_DUPLICATE_LIB_OK`` in the environment, which importing kvlib must not do."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=limit, user_api="blas")
+
+
 def _clock(blas_threads: int | None) -> str:
     """On one BLAS thread NumPy works on the calling thread alone: time it by that thread's CPU
     time, which another program's turns on the core do not stretch (:func:`kvlib.measure.timing.time_it`)."""
@@ -177,7 +184,7 @@ def reproduce(
     if not isinstance(repeats, int) or repeats < 1:
         raise KVLibError(f"repeats must be a positive integer, not {repeats!r}")
     runs = []
-    with threadpool_limits(limits=blas_threads, user_api="blas"):
+    with _blas_threads(blas_threads):
         loop_with_cache(ArticleSetup.draw(8, seed=seed))  # warm-up
         for n in lengths:
             setup, out = ArticleSetup.draw(n, seed=seed), {}
@@ -209,7 +216,7 @@ def step_profile(
         raise KVLibError(f"repeats must be a positive integer, not {repeats!r}")
     setup = ArticleSetup.draw(num_tokens, seed=seed)
     best = np.full(num_tokens, np.inf)
-    with threadpool_limits(limits=blas_threads, user_api="blas"):
+    with _blas_threads(blas_threads):
         loop_with_cache(ArticleSetup.draw(8, seed=seed))  # warm-up
         for _ in range(repeats):
             steps = cached_steps(setup)
