@@ -17,7 +17,8 @@ modules; imports point down this list:
   engine, speculative decoding, latency metrics.
 - ``train``, ``quality``: the model chapter 7 trains, and how a cache's quality cost is scored.
 - ``exercises``: how a reader's answer is judged (the helpers every chapter's checks share).
-- ``checks``: the one copy of each argument check (counts, real numbers, indices) every public edge runs.
+- ``checks``: the one copy of each argument check every public edge runs (counts, real numbers,
+  token ids and tensors, sequence ids, a cache's new tokens).
 
 The chapters' own code lives above the library, in ``chapters`` (one package per chapter: its
 experiments, its bench section, its exercises); ``plotting`` draws every figure (the only importer
