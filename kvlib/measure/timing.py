@@ -33,6 +33,31 @@ def one_cpu_thread(device: torch.device):
     return torch_threads(1 if torch.device(device).type == "cpu" else None)
 
 
+# Bounds on what one timing may ask for: a sample of 10**12 calls, or 10**12 repeats, would not end.
+MAX_REPEATS = 10_000  # repeats, warm-up calls or rounds
+MAX_NUMBER = 10_000_000  # back-to-back calls in one sample
+MAX_TARGET_S = 60.0  # seconds one sample of time_interleaved may aim at
+MAX_THREADS = 1024
+
+
+def _checked_device(device) -> torch.device | None:
+    """``device`` as a torch.device (None stays None), or a one-line KVLibError naming it."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise KVLibError(
+            f"device must be a torch device such as 'cpu' or 'cuda', not {device!r}"[:200]
+        ) from None
+
+
+def _checked_count(value, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise KVLibError(f"{name} must be an integer from {low} to {high:,}, not {value!r}"[:200])
+    return value
+
+
 def pick_device(prefer: str | None = None) -> torch.device:
     """CUDA when a GPU is present, else the CPU (every chapter runs on both).
 
@@ -50,10 +75,11 @@ def pick_device(prefer: str | None = None) -> torch.device:
 
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait for queued GPU work (a no-op on the CPU): kernels launch asynchronously."""
+    device = _checked_device(device)
     if device is None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
-    elif torch.device(device).type == "cuda":
+    elif device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
@@ -94,6 +120,7 @@ def torch_threads(threads: int | None):
     if threads is None:
         yield
         return
+    _checked_count(threads, "threads", 1, MAX_THREADS)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -107,13 +134,20 @@ CLOCKS = ("wall", "thread")  # time.perf_counter, time.thread_time
 
 def read_clock(clock: str = "wall") -> float:
     """Seconds on ``clock``: the wall clock, or the CPU time of the calling thread (see :func:`time_it`)."""
+    if clock not in CLOCKS:
+        raise KVLibError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}"[:200])
     return time.thread_time() if clock == "thread" else time.perf_counter()
 
 
 def clock_for(device: torch.device | str, threads: int | None) -> str:
     """The clock that times work on ``device`` with ``threads`` torch threads fairly on a busy machine:
     the thread's CPU time for one CPU thread (it runs on the caller), else the wall clock."""
-    return "thread" if torch.device(device).type == "cpu" and threads == 1 else "wall"
+    device = _checked_device(device)
+    if device is None:
+        raise KVLibError("device must be a torch device such as 'cpu' or 'cuda', not None")
+    if threads is not None:
+        _checked_count(threads, "threads", 1, MAX_THREADS)
+    return "thread" if device.type == "cpu" and threads == 1 else "wall"
 
 
 def time_it(
@@ -137,12 +171,15 @@ def time_it(
     thread): time the thread waits for memory counts, time another program holds the core
     does not, so a busy machine cannot stretch a sample. It cannot time a GPU.
     """
-    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0), ("number", number, 1)):
-        if not isinstance(value, int) or value < low:
-            raise KVLibError(f"{name} must be an integer >= {low}, not {value!r}")
+    if not callable(fn):
+        raise KVLibError(f"fn must be a function to call, not {type(fn).__name__}")
+    _checked_count(repeats, "repeats", 1, MAX_REPEATS)
+    _checked_count(warmup, "warmup", 0, MAX_REPEATS)
+    _checked_count(number, "number", 1, MAX_NUMBER)
     if clock not in CLOCKS:
-        raise KVLibError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
-    if clock == "thread" and device is not None and torch.device(device).type != "cpu":
+        raise KVLibError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}"[:200])
+    device = _checked_device(device)
+    if clock == "thread" and device is not None and device.type != "cpu":
         raise KVLibError("clock='thread' measures the calling thread's CPU time and cannot time a GPU")
     for _ in range(warmup):
         fn()
@@ -181,12 +218,23 @@ def time_interleaved(
     (on one CPU thread the thread's CPU time). Chapters 1, 3 and 6 compare timings this way,
     by their fastest samples or by :func:`round_median`.
     """
+    if not isinstance(fns, Mapping) or not all(callable(fn) for fn in fns.values()):
+        raise KVLibError(f"fns must map names to functions to call, not {type(fns).__name__}")
     if not fns:
         raise KVLibError("time_interleaved needs at least one function to time")
-    for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0), ("number", number or 1, 1)):
-        if not isinstance(value, int) or value < low:
-            raise KVLibError(f"{name} must be an integer >= {low}, not {value!r}")
-    device = pick_device() if device is None else torch.device(device)
+    _checked_count(rounds, "rounds", 1, MAX_REPEATS)
+    _checked_count(warmup, "warmup", 0, MAX_REPEATS)
+    if number is not None:
+        _checked_count(number, "number", 1, MAX_NUMBER)
+    if target_s is not None and (
+        isinstance(target_s, bool)
+        or not isinstance(target_s, int | float)
+        or not 0 <= target_s <= MAX_TARGET_S  # NaN fails this too; 0: one call per sample
+    ):
+        raise KVLibError(f"target_s must be seconds from 0 to {MAX_TARGET_S:g}, not {target_s!r}"[:200])
+    if clock is not None and clock not in CLOCKS:
+        raise KVLibError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}"[:200])
+    device = pick_device() if device is None else _checked_device(device)
     clock = clock or clock_for(device, torch.get_num_threads())
 
     def sample(fn, calls: int) -> float:
@@ -198,7 +246,7 @@ def time_interleaved(
     if number is None:
         once = {name: sample(fn, 1) for name, fn in fns.items()}
         target = max(0.01, *once.values()) if target_s is None else target_s
-        numbers = {name: max(1, round(target / max(t, 1e-7))) for name, t in once.items()}
+        numbers = {name: min(MAX_NUMBER, max(1, round(target / max(t, 1e-7)))) for name, t in once.items()}
     else:
         numbers = dict.fromkeys(fns, number)
     names, samples = list(fns), {name: [] for name in fns}
@@ -217,6 +265,8 @@ def round_median(expression: Callable[..., float], *timings: Timing) -> float:
     alike and cancels in a ratio; the median then sets aside the rounds that a burst of load
     hit unevenly (chapters 3 and 6).
     """
+    if not callable(expression) or not all(isinstance(t, Timing) for t in timings):
+        raise KVLibError("round_median takes a function and the Timings of time_interleaved")
     if not timings or len({len(t.samples) for t in timings}) != 1:
         raise KVLibError("round_median needs timings with the same number of rounds")
     rounds = zip(*(t.samples for t in timings), strict=True)  # lengths checked above

@@ -17,6 +17,9 @@ from typing import Protocol
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import require_int, require_real
+
+MAX_SEED = 2**63 - 1  # torch.manual_seed's largest non-negative seed that every generator takes
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class ModelConfig:
             raise KVLibError(
                 f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
             )
+        require_real(self.rope_theta, "ModelConfig.rope_theta", positive=True)
+        require_real(self.norm_eps, "ModelConfig.norm_eps")
+        require_int(self.seed, "ModelConfig.seed", 0, MAX_SEED)
         if self.head_dim % 2:
             raise KVLibError(
                 f"head_dim (d_model / num_heads = {self.head_dim}) must be even for rotary positions"

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from kvlib import KVLibError
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
 from kvlib.model.rotary import RotaryTable, apply_rotary, new_token_rotary
@@ -111,17 +112,32 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+MAX_ROTARY_POSITIONS = 2**20  # positions of a model's rotary table: 2**20 x head_dim 128 x 2 tables are 1 GiB
+
+
 class TinyLlama(nn.Module):
     """Decoder-only transformer with seeded random weights (``config.seed``)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise KVLibError(f"config must be a kvlib ModelConfig, not {type(config).__name__}")
+        if (
+            config.max_seq_len > MAX_ROTARY_POSITIONS
+        ):  # its rotary table, built on first use, has a row per position
+            raise KVLibError(
+                f"max_seq_len must be at most {MAX_ROTARY_POSITIONS:,} to build a model (the rotary "
+                f"table holds every position), not {config.max_seq_len:,}"
+            )
         self.config = config
-        with seeded_weights(config.seed):
-            self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
-            self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
-            self.norm = RMSNorm(config.d_model, config.norm_eps)
-            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        try:
+            with seeded_weights(config.seed):
+                self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+                self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+                self.norm = RMSNorm(config.d_model, config.norm_eps)
+                self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        except (RuntimeError, MemoryError) as exc:  # weights too large for memory (vocab_size 10**12 ...)
+            raise KVLibError(f"cannot build the model's weights: {str(exc).splitlines()[0][:120]}") from None
         self.rotary = RotaryTable(config)  # cos/sin of every position, looked up by each forward pass
 
     @classmethod

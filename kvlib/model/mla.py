@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
+from kvlib.checks import require_int, require_real
+from kvlib.model.config import MAX_SEED
 from kvlib.model.rotary import rotary_inv_freq
 from kvlib.model.seeding import seeded_weights
 
@@ -64,6 +65,8 @@ class MLAConfig:
             )
         if self.q_lora_rank is not None:
             require_int(self.q_lora_rank, "q_lora_rank", low=1)
+        require_real(self.rope_theta, "rope_theta", positive=True)
+        require_int(self.seed, "seed", 0, MAX_SEED)
 
     @property
     def cached_values(self) -> int:

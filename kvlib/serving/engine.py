@@ -42,7 +42,13 @@ from kvlib.serving.types import StepPlan
 def engine_clock(device: torch.device) -> str:
     """How the engine's steps are timed: on the CPU (one thread) the thread's CPU time, which a
     busy machine cannot stretch; on a GPU the wall clock (see :func:`kvlib.measure.time_it`)."""
-    return clock_for(device, 1 if torch.device(device).type == "cpu" else None)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise KVLibError(
+            f"device must be a torch device such as 'cpu' or 'cuda', not {device!r}"[:200]
+        ) from None
+    return clock_for(device, 1 if device.type == "cpu" else None)
 
 
 @torch.inference_mode()
@@ -213,6 +219,11 @@ def race_engine(
 
 def solo_tokens(model: TinyLlama, request: Request) -> list[int]:
     """The request's output when it runs alone on the contiguous cache of chapter 1 (greedy)."""
+    if not isinstance(model, TinyLlama) or not isinstance(request, Request):
+        raise KVLibError(
+            f"solo_tokens takes a TinyLlama and a Request, not {type(model).__name__} and "
+            f"{type(request).__name__}"
+        )
     device = model.lm_head.weight.device
     prompt = torch.tensor([list(request.prompt)], device=device)
     with one_cpu_thread(device):
@@ -221,4 +232,6 @@ def solo_tokens(model: TinyLlama, request: Request) -> list[int]:
 
 def outputs_match_solo(model: TinyLlama, result: RunResult) -> bool:
     """Did every request of a run generate exactly what it generates alone?"""
+    if not isinstance(result, RunResult):
+        raise KVLibError(f"result must be a RunResult (run_engine's), not {type(result).__name__}")
     return all(seq.generated == solo_tokens(model, seq.request) for seq in result.finished)

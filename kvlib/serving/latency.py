@@ -102,6 +102,8 @@ def inter_token_latencies(run: RunResult) -> np.ndarray:
     before the preemption to the token its recomputation (a prefill) yields. Those gaps, one per
     preemption, are left out here; the request's TPOT counts them.
     """
+    if not isinstance(run, RunResult):
+        raise KVLibError(f"run must be a RunResult (simulate, run_engine), not {type(run).__name__}")
     steps = run.steps
     decodes = (steps["num_seqs"] - steps["num_prefills"]).astype(np.int64)  # (steps,)
     return np.repeat(steps["duration_s"], decodes)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlib import KVLibError
-from kvlib.checks import require_real
+from kvlib.checks import require_int, require_real
 from kvlib.serving.types import StepPlan
 
 TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")  # StepTimeModel's constants, in order
@@ -54,14 +54,19 @@ class StepTimeModel:
             raise KVLibError(f"StepTimeModel.overlapped must be True or False, not {self.overlapped!r}")
 
     def predict(self, num_seqs, num_context_tokens, num_prefill_tokens):
-        """Seconds of steps with these counts (numbers or arrays of one shape: one step each)."""
-        num_seqs = np.asarray(num_seqs)
+        """Seconds of steps with these counts (numbers or arrays of one shape: one step each).
+
+        Each count must be real and >= 0 (a one-line KVLibError naming it otherwise): a negative
+        count would give a step shorter than its fixed part, a NaN a NaN time."""
+        num_seqs = counts(num_seqs, "num_seqs")
         memory = (
             self.fixed_s
-            + self.per_context_s * np.asarray(num_context_tokens)
+            + self.per_context_s * counts(num_context_tokens, "num_context_tokens")
             + self.per_seq_memory_s * num_seqs
         )
-        compute = self.per_seq_s * num_seqs + self.per_prefill_s * np.asarray(num_prefill_tokens)
+        compute = self.per_seq_s * num_seqs + self.per_prefill_s * counts(
+            num_prefill_tokens, "num_prefill_tokens"
+        )
         return np.maximum(memory, compute) if self.overlapped else memory + compute
 
     def step_s(self, plan: StepPlan) -> float:
@@ -77,6 +82,8 @@ class StepTimeModel:
     def largest_batch_within(self, seconds: float, context_tokens_per_seq: float) -> int:
         """The most decoding sequences, each reading ``context_tokens_per_seq`` cached tokens, whose
         step takes at most ``seconds`` (0 when even the fixed part takes longer)."""
+        require_real(seconds, "seconds")
+        require_real(context_tokens_per_seq, "context_tokens_per_seq")
         memory_per_seq = self.per_context_s * context_tokens_per_seq + self.per_seq_memory_s
         if self.overlapped:
             bounds = [(seconds - self.fixed_s) / memory_per_seq if memory_per_seq else math.inf]
@@ -90,7 +97,20 @@ class StepTimeModel:
 
     def fixed_share(self, num_seqs: int, num_context_tokens: int) -> float:
         """Share of a decode step that does not grow with the batch (near 1: bigger batches are free)."""
+        require_int(num_seqs, "num_seqs", 0)
+        require_int(num_context_tokens, "num_context_tokens", 0)
         return self.fixed_s / float(self.predict(num_seqs, num_context_tokens, 0))
+
+
+def counts(values, name: str) -> np.ndarray:
+    """``values`` (a number or an array of them) as a float array of counts, each real and >= 0."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise KVLibError(f"{name} must be a count or an array of counts, not {values!r}"[:200]) from None
+    if not bool(np.all(array >= 0)) or not bool(np.all(np.isfinite(array))):  # NaN fails both
+        raise KVLibError(f"{name} must be finite counts >= 0, not {values!r}"[:200])
+    return array
 
 
 def fit_step_time(

@@ -49,10 +49,13 @@ class SwapTimeModel:
 
     def transfer_s(self, num_tokens: int) -> float:
         """Seconds to copy ``num_tokens`` tokens' K/V one way (out to the host, or back in)."""
+        require_int(num_tokens, "num_tokens", 0)
         return self.per_transfer_s + num_tokens * self.bytes_per_token / self.bandwidth
 
     def step_s(self, swaps: tuple[int, ...]) -> float:
         """Seconds of a step's copies, one per entry of ``swaps`` (tokens each), made one after another."""
+        if not isinstance(swaps, tuple | list):
+            raise KVLibError(f"swaps must be a tuple of token counts, not {type(swaps).__name__}")
         return sum(self.transfer_s(n) for n in swaps)
 
 
@@ -115,6 +118,9 @@ class BlockCopyModel:
         return num_tokens * self.bytes_per_token / self.transfer_s(num_tokens)
 
 
+MAX_HOST_BLOCKS = 10_000_000  # blocks of a host pool: 10**7 blocks of 16 tokens are 160 M tokens
+
+
 class HostPool:
     """``num_blocks`` blocks of host memory that swapped-out requests keep their K/V in.
 
@@ -123,7 +129,8 @@ class HostPool:
     """
 
     def __init__(self, num_blocks: int, block_size: int, cache: PagedKVCache | None = None):
-        self.num_blocks = require_int(num_blocks, "the host pool's num_blocks")
+        # its free list holds one id per block: 10**12 would not fit in memory (vLLM's --swap-space is GiB)
+        self.num_blocks = require_int(num_blocks, "the host pool's num_blocks", 1, MAX_HOST_BLOCKS)
         self.block_size = require_int(block_size, "the host pool's block_size")
         if cache is not None and not isinstance(cache, PagedKVCache):
             raise KVLibError(f"cache must be a PagedKVCache or None, not {type(cache).__name__}")

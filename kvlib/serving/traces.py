@@ -118,7 +118,15 @@ def clipped_lognormal_mean(mu: float, sigma: float, low: float, high: float) -> 
 
     Below ``low`` counts as ``low``, above ``high`` as ``high``, and in between the partial
     mean of a log-normal: exp(mu + sigma^2 / 2) (Phi(b - sigma) - Phi(a - sigma)).
+    ``sigma`` must be > 0 and ``0 < low <= high``, all finite (else a one-line KVLibError).
     """
+    for name, value in (("mu", mu), ("sigma", sigma), ("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise KVLibError(f"{name} must be a finite number, not {value!r}"[:200])
+    if not sigma > 0 or not 0 < low <= high:
+        raise KVLibError(
+            f"sigma must be > 0 and 0 < low <= high, not sigma {sigma!r}, low {low!r}, high {high!r}"
+        )
     a, b = (math.log(low) - mu) / sigma, (math.log(high) - mu) / sigma
     inside = math.exp(mu + sigma**2 / 2) * (_normal_cdf(b - sigma) - _normal_cdf(a - sigma))
     return low * _normal_cdf(a) + inside + high * (1 - _normal_cdf(b))
@@ -135,6 +143,8 @@ def _solve_mu(mean_of_mu, target: float) -> float:
 
 def sample_lengths(spec: TraceSpec, num: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Prompt and output lengths of ``num`` requests, (num,) each, every total at most ``max_len``."""
+    if not isinstance(spec, TraceSpec):
+        raise KVLibError(f"spec must be a TraceSpec (see TRACE_SPECS), not {type(spec).__name__}")
     if isinstance(num, bool) or not isinstance(num, numbers.Integral) or not 1 <= num <= MAX_REQUESTS:
         raise KVLibError(f"the number of requests must be an integer from 1 to {MAX_REQUESTS:,}, not {num!r}")
     num = int(num)
@@ -230,6 +240,8 @@ def make_trace(
 
 def trace_stats(requests: list[Request]) -> dict:
     """Mean prompt, output and total length, and the longest total, of a list of requests."""
+    if not isinstance(requests, list | tuple) or not all(isinstance(r, Request) for r in requests):
+        raise KVLibError(f"requests must be a list of Request, not {type(requests).__name__}")
     if not requests:
         raise KVLibError("the trace is empty")
     inputs = np.array([r.prompt_len for r in requests])
