@@ -174,8 +174,9 @@ def manager_step(manager: BlockManager, tokens: dict, name: str, data) -> None:
             tokens[seq].pop()
     elif name == "compute":
         manager.mark_computed(seq, data.draw(st.one_of(st.none(), st.integers(-1, 12), st.just(1.5))))
-    elif name == "fork":
-        tokens[data.draw(st.sampled_from(SEQ_IDS))] = manager.fork(seq, data.draw(st.sampled_from(SEQ_IDS)))
+    elif name == "fork":  # the child's token list, under the child's id (a separate draw could be [1])
+        child = data.draw(st.sampled_from(SEQ_IDS))
+        tokens[child] = manager.fork(seq, child)  # an unhashable child is refused before the assignment
     elif name == "free":
         manager.free(seq)
     else:
