@@ -14,31 +14,44 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import reprlib
 from collections.abc import Sequence
 
 from kvlib import KVLibError
 
 MAX_MESSAGE = 200  # a message quotes the value, cut to keep the error on one readable line
+_REPR = reprlib.Repr()  # (Python 3.10 and 3.11 take no keyword arguments here)
+_REPR.maxlong, _REPR.maxstring, _REPR.maxother, _REPR.maxlevel = 70, 60, 60, 2
 
 
-def as_int(value, name: str) -> int:
-    """``value`` as a plain int (numpy integers accepted, a bool or a float refused), or a KVLibError."""
-    if isinstance(value, bool):
-        raise KVLibError(f"{name} must be an integer, not {value!r}")
+def shown(value) -> str:
+    """``value`` as a message quotes it: its repr, short (a list of a million items is cut) and safe
+    (an integer of more than 4,300 digits has no repr in Python, so its size is given instead)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 200:
+        return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1:,} digits"
     try:
-        return operator.index(value)
-    except TypeError:
-        raise KVLibError(f"{name} must be an integer, not {value!r}"[:MAX_MESSAGE]) from None
+        return _REPR.repr(value)
+    except Exception:  # a reader's object whose __repr__ fails is still named by its type
+        return f"a {type(value).__name__}"
 
 
-def require_int(value, name: str, low: int = 1, high: int | None = None) -> int:
+def is_int(value) -> bool:
+    """True for an integer (a numpy integer too), False for a bool (``True`` is never a count) or else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def require_int(value, name: str, low: int | None = 1, high: int | None = None) -> int:
     """``value`` as a plain int if it is an integer (not a bool) >= ``low`` (and <= ``high``), else a
-    KVLibError naming ``name``, the value and the range allowed."""
-    allowed = f">= {low}" if high is None else f"from {low} to {high:,}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise KVLibError(f"{name} must be an integer {allowed}, not {value!r}"[:MAX_MESSAGE])
-    if value < low or (high is not None and value > high):
-        raise KVLibError(f"{name} must be an integer {allowed}, not {value!r}"[:MAX_MESSAGE])
+    KVLibError naming ``name``, the value and the range allowed; ``low=None``: any integer.
+
+    kvlib's one integer check: the sizing layer's ``require_count`` is this with kvlib's bound on
+    counts as ``high`` (and its own words for it)."""
+    if low is None:
+        allowed = "" if high is None else f" <= {high:,}"
+    else:
+        allowed = f" >= {low}" if high is None else f" from {low} to {high:,}"
+    if not is_int(value) or (low is not None and value < low) or (high is not None and value > high):
+        raise KVLibError(f"{name} must be an integer{allowed}, not {shown(value)}"[:MAX_MESSAGE])
     return int(value)
 
 
@@ -59,7 +72,7 @@ def require_real(value, name: str, allow_inf: bool = False, positive: bool = Fal
     ):
         bound = "> 0" if positive else ">= 0"
         limit = f"a number {bound} (or inf)" if allow_inf else f"a finite number {bound}"
-        raise KVLibError(f"{name} must be {limit}, not {value!r}"[:MAX_MESSAGE])
+        raise KVLibError(f"{name} must be {limit}, not {shown(value)}"[:MAX_MESSAGE])
     return float(value)
 
 
@@ -75,8 +88,10 @@ def check_new_tokens(num_new, length: int, max_len: int) -> None:
     """A cache's ``prepare(num_new)``: ``num_new`` an int >= 1 that fits beside the ``length`` tokens
     held, within ``max_len``; else a KVLibError saying so (a float or a bool would count a
     fraction of a token, or one)."""
-    if isinstance(num_new, bool) or not isinstance(num_new, int) or num_new < 1 or length + num_new > max_len:
-        raise KVLibError(f"cannot add {num_new!r} tokens to {length} with max_len {max_len}"[:MAX_MESSAGE])
+    if not is_int(num_new) or num_new < 1 or length + num_new > max_len:
+        raise KVLibError(
+            f"cannot add {shown(num_new)} tokens to {length} with max_len {max_len}"[:MAX_MESSAGE]
+        )
 
 
 def check_seq_id(seq_id) -> None:
@@ -89,7 +104,7 @@ def check_seq_id(seq_id) -> None:
         hash(seq_id)
     except TypeError:
         raise KVLibError(
-            f"a sequence id must be hashable (an int or a string), not {seq_id!r}"[:MAX_MESSAGE]
+            f"a sequence id must be hashable (an int or a string), not {shown(seq_id)}"[:MAX_MESSAGE]
         ) from None
 
 
@@ -99,12 +114,12 @@ def checked_token_ids(token_ids: Sequence[int]) -> Sequence[int]:
     if isinstance(token_ids, str | bytes) or not isinstance(token_ids, Sequence):
         kind = type(token_ids).__name__
         raise KVLibError(
-            f"token ids must be a list or tuple of integers, not {kind} {token_ids!r}"[:MAX_MESSAGE]
+            f"token ids must be a list or tuple of integers, not {kind} {shown(token_ids)}"[:MAX_MESSAGE]
         )
     try:
         values = [operator.index(t) for t in token_ids]
     except TypeError:
-        raise KVLibError(f"token ids must be integers, not {token_ids!r}"[:MAX_MESSAGE]) from None
+        raise KVLibError(f"token ids must be integers, not {shown(token_ids)}"[:MAX_MESSAGE]) from None
     if not values:
         raise KVLibError("a sequence needs at least one token")
     if min(values) < 0:

@@ -91,7 +91,9 @@ def test_bloom_is_sized_and_verbose_lists_its_ignored_keys(capsys, tmp_path, com
     "command", [["size", "Llama-3-8B", "--context", "8"], ["capacity", "Llama-3-8B", *CAPACITY]]
 )
 def test_a_parallel_size_below_one_is_named_by_its_flag(capsys, command, flag, value):
-    one_line_refusal(capsys, [*command, flag, value], f"{flag} must be an integer >= 1, not {value}")
+    one_line_refusal(
+        capsys, [*command, flag, value], f"{flag} must be an integer from 1 to 1,000,000,000,000, not {value}"
+    )
 
 
 # ------------------------------------------------------------ config.json and model names
@@ -223,5 +225,5 @@ def test_the_command_line_refuses_in_one_line_with_status_2():
     result = kvlib("capacity", "Llama-3-8B", *CAPACITY, "--tensor-parallel-size", "0", timeout=120)
     assert result.returncode == 2 and result.stdout == "", result
     assert result.stderr.strip().splitlines() == [
-        "kvlib: error: --tensor-parallel-size must be an integer >= 1, not 0"
+        "kvlib: error: --tensor-parallel-size must be an integer from 1 to 1,000,000,000,000, not 0"
     ]

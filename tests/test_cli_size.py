@@ -56,7 +56,7 @@ def test_size_reads_a_config_file(tmp_path):
         (("Llama-3-70B", "--context", "10", "--pipeline-parallel-size", "81"), "exceeds the 80 layers"),
         (
             ("Llama-3-70B", "--context", "10", "--tensor-parallel-size", "0"),
-            "--tensor-parallel-size must be an integer >= 1, not 0",
+            "--tensor-parallel-size must be an integer from 1 to 1,000,000,000,000, not 0",
         ),
         (("Llama-3-8B", "--context", "9" * 5000), "invalid int value"),
     ],

@@ -39,13 +39,14 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import is_int
 
 DEFAULT_NUM_SINKS = 4  # StreamingLLM's four initial tokens, enough in the paper for every model it tried
 
 
 def _check_count(name: str, value, minimum: int) -> None:
     """One-line KVLibError unless ``value`` is an int (not a bool) >= ``minimum``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+    if not is_int(value) or value < minimum:
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise KVLibError(f"{name} must be {kind}, not {value!r}")
 

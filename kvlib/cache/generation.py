@@ -29,7 +29,7 @@ import torch
 from kvlib import KVLibError
 from kvlib.cache.contiguous import ConcatKVCache, ContiguousKVCache
 from kvlib.cache.fast_contiguous import FastContiguousKVCache
-from kvlib.checks import check_token_tensor
+from kvlib.checks import check_token_tensor, is_int
 from kvlib.model.encdec import EncoderDecoder
 from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
@@ -107,7 +107,7 @@ class Decoder:
             shape = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
             raise KVLibError(f"prompt must be a (batch, prompt_len >= 1) tensor of token ids, not {shape}")
         check_token_tensor(prompt, "prompt", model.config.vocab_size)
-        if not isinstance(num_new, int) or isinstance(num_new, bool) or num_new < 1:
+        if not is_int(num_new) or num_new < 1:
             raise KVLibError(f"num_new must be a positive integer, not {num_new!r}")
         total = prompt.shape[1] + num_new
         if total > model.config.max_seq_len:

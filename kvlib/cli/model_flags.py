@@ -7,15 +7,17 @@ import sys
 from kvlib.checks import require_int
 from kvlib.sizing.catalog import model_config
 from kvlib.sizing.config_keys import ignored_keys
+from kvlib.sizing.layer_groups import MAX_COUNT
 
 MODEL_HELP = "catalog name (e.g. Llama-3-8B) or path to a Hugging Face config.json"
 VERBOSE_HELP = "list on stderr the config keys kvlib ignores (none can change the KV cache)"
 
 
 def check_parallel_flags(args) -> None:
-    """--tensor-parallel-size and --pipeline-parallel-size: integers >= 1, named by their flag."""
-    require_int(args.tensor_parallel_size, "--tensor-parallel-size", low=1)
-    require_int(args.pipeline_parallel_size, "--pipeline-parallel-size", low=1)
+    """--tensor-parallel-size and --pipeline-parallel-size: integers from 1 to kvlib's bound on counts,
+    named by their flag (a larger one could not even be printed in a message)."""
+    require_int(args.tensor_parallel_size, "--tensor-parallel-size", low=1, high=MAX_COUNT)
+    require_int(args.pipeline_parallel_size, "--pipeline-parallel-size", low=1, high=MAX_COUNT)
 
 
 def report_ignored_keys(model) -> None:

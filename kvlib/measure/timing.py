@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 
 
 def one_cpu_thread(device: torch.device):
@@ -53,9 +54,7 @@ def _checked_device(device) -> torch.device | None:
 
 
 def _checked_count(value, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise KVLibError(f"{name} must be an integer from {low} to {high:,}, not {value!r}"[:200])
-    return value
+    return require_int(value, name, low=low, high=high)
 
 
 def pick_device(prefer: str | None = None) -> torch.device:

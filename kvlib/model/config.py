@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 
 from kvlib import KVLibError
-from kvlib.checks import require_int, require_real
+from kvlib.checks import is_int, require_int, require_real
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed's largest non-negative seed that every generator takes
 
@@ -48,7 +48,7 @@ class ModelConfig:
             "max_seq_len",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise KVLibError(f"ModelConfig.{name} must be a positive integer, not {value!r}")
         if self.d_model % self.num_heads:
             raise KVLibError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")

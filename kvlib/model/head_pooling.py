@@ -31,6 +31,7 @@ import dataclasses
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import is_int, require_int
 from kvlib.model.llama import TinyLlama
 
 POOLING_METHODS = ("mean", "keep")  # mean of each group's heads (the GQA paper), or one head kept per group
@@ -42,7 +43,7 @@ def check_pooled_heads(num_kv_heads, current: int) -> None:
     It must be a positive integer (not a bool), at most ``current`` (pooling only removes heads),
     and divide ``current``, so that every group holds the same number of heads.
     """
-    if not isinstance(num_kv_heads, int) or isinstance(num_kv_heads, bool) or num_kv_heads < 1:
+    if not is_int(num_kv_heads) or num_kv_heads < 1:
         raise KVLibError(f"num_kv_heads must be a positive integer, not {num_kv_heads!r}")
     if num_kv_heads > current:
         raise KVLibError(
@@ -64,8 +65,7 @@ def check_pooling_method(method, kept_head, group_size: int) -> None:
     """
     if method not in POOLING_METHODS:
         raise KVLibError(f"method must be one of {', '.join(POOLING_METHODS)}, not {method!r}")
-    if not isinstance(kept_head, int) or isinstance(kept_head, bool):
-        raise KVLibError(f"kept_head must be an integer, not {kept_head!r}")
+    require_int(kept_head, "kept_head", low=None)
     if method == "mean" and kept_head != 0:
         raise KVLibError(f"kept_head ({kept_head}) applies to method 'keep' only, not 'mean'")
     if not 0 <= kept_head < group_size:

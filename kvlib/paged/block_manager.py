@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvlib import KVLibError
-from kvlib.checks import as_int, check_seq_id, checked_token_ids, require_int
+from kvlib.checks import check_seq_id, checked_token_ids, is_int, require_int
 from kvlib.paged.block_pool import BlockPool, KVCacheBlock, hash_block_tokens
 from kvlib.units import ceil_div
 
@@ -88,7 +88,7 @@ class BlockManager:
         enable_prefix_caching: bool = True,
         copy_block: Callable[[int, int], None] | None = None,
     ):
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
+        if not is_int(block_size) or block_size < 1:
             raise KVLibError(f"block_size must be a positive integer, not {block_size!r}")
         if not isinstance(enable_prefix_caching, bool):
             raise KVLibError(f"enable_prefix_caching must be True or False, not {enable_prefix_caching!r}")
@@ -141,7 +141,7 @@ class BlockManager:
     def slot(self, seq_id: int, position: int) -> int:
         """Index of the slot holding token ``position`` of a sequence, counted over the whole pool."""
         seq = self._get(seq_id)
-        position = as_int(position, "a token position")
+        position = require_int(position, "a token position", low=None)
         if not 0 <= position < seq.num_tokens:
             raise KVLibError(f"position {position} is outside sequence {seq_id} of {seq.num_tokens} tokens")
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
@@ -151,7 +151,7 @@ class BlockManager:
 
         Python's negative indices are refused: ``ref_cnt(-1)`` would report the last block's count.
         """
-        block_id = as_int(block_id, "a block id")
+        block_id = require_int(block_id, "a block id", low=None)
         if not 0 <= block_id < self.num_blocks:
             raise KVLibError(f"block id {block_id} is outside the pool of {self.num_blocks} blocks")
         return self.pool.blocks[block_id].ref_cnt
@@ -307,7 +307,7 @@ class BlockManager:
         The caller then drops the rejected tokens from its list.
         """
         seq = self._get(seq_id)
-        num_accepted = as_int(num_accepted, "num_accepted")
+        num_accepted = require_int(num_accepted, "num_accepted", low=None)
         if not 0 <= num_accepted <= seq.num_speculative:
             raise KVLibError(
                 f"sequence {seq_id}: cannot accept {num_accepted} of its {seq.num_speculative} draft tokens"
@@ -325,7 +325,7 @@ class BlockManager:
         drops the released tokens from its list.
         """
         seq = self._get(seq_id)
-        num_tokens = as_int(num_tokens, "num_tokens")
+        num_tokens = require_int(num_tokens, "num_tokens", low=None)
         if not 1 <= num_tokens <= seq.num_tokens:
             raise KVLibError(f"sequence {seq_id}: cannot keep {num_tokens} of its {seq.num_tokens} tokens")
         keep = self.num_blocks_for(num_tokens)
@@ -404,7 +404,7 @@ class BlockManager:
 def computed_count(seq, seq_id, num_tokens: int | None) -> int:
     """``mark_computed``'s count for ``seq`` (a sequence's blocks, any manager's): ``num_tokens``,
     default all its tokens, from those already computed up to those with a slot; else a KVLibError."""
-    num_tokens = seq.num_tokens if num_tokens is None else as_int(num_tokens, "num_tokens")
+    num_tokens = seq.num_tokens if num_tokens is None else require_int(num_tokens, "num_tokens", low=None)
     if not seq.num_computed <= num_tokens <= seq.num_tokens:
         raise KVLibError(
             f"sequence {seq_id}: cannot mark {num_tokens} tokens computed "

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.checks import is_int
 
 
 @dataclass(eq=False)
@@ -83,7 +84,7 @@ class BlockPool:
     """``num_blocks`` blocks, the free queue, and the prefix cache (block hash -> block)."""
 
     def __init__(self, num_blocks: int):
-        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
+        if not is_int(num_blocks) or num_blocks < 1:
             raise KVLibError(f"num_blocks must be a positive integer, not {num_blocks!r}")
         if num_blocks > MAX_NUM_BLOCKS:
             raise KVLibError(
@@ -101,7 +102,7 @@ class BlockPool:
 
     def get_new_blocks(self, num: int) -> list[KVCacheBlock]:
         """Take ``num`` blocks from the front of the free queue, evicting their cached hashes."""
-        if isinstance(num, bool) or not isinstance(num, int) or num < 0:
+        if not is_int(num) or num < 0:
             raise KVLibError(f"the number of blocks to take must be an integer >= 0, not {num!r}")
         if num > self.num_free_blocks:
             raise KVLibError(

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvlib import KVLibError
-from kvlib.checks import as_int, check_seq_id, require_int
+from kvlib.checks import check_seq_id, require_int
 from kvlib.paged.block_manager import computed_count, num_blocks_for
 from kvlib.paged.block_pool import BlockPool
 
@@ -145,7 +145,7 @@ class HybridBlockManager:
         seq, index = self._get(seq_id), self.group_index(group)
         if self.groups[index].kind == "state":
             raise KVLibError(f"group {self.groups[index].name!r} keeps a state, not token slots")
-        position = as_int(position, "a token position")
+        position = require_int(position, "a token position", low=None)
         if not 0 <= position < seq.num_tokens:
             raise KVLibError(f"position {position} is outside sequence {seq_id} of {seq.num_tokens} tokens")
         block = seq.tables[index][position // self.block_size]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
+from kvlib.checks import is_int, require_int
 from kvlib.kernels.dispatch import decode_attention, default_kernel
 from kvlib.kernels.pool_decoder import PoolDecoder, pool_decoder_runs
 from kvlib.kernels.shape_checks import check_heads
@@ -37,7 +37,7 @@ def check_model_config(config) -> None:
     cache is shaped by (a :class:`~kvlib.model.config.ModelConfig`; not None, not a dict)."""
     for name in ("num_layers", "num_kv_heads", "head_dim"):
         value = getattr(config, name, None)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value) or value < 1:
             raise KVLibError(
                 f"config must be a model config (kvlib.model.config.ModelConfig) with a positive {name}, "
                 f"not {type(config).__name__}"

@@ -23,6 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from kvlib import KVLibError
+from kvlib.checks import require_int
 from kvlib.model.config import KVCache
 from kvlib.model.llama import TinyLlama
 from kvlib.train.corpus import Documents
@@ -50,8 +51,7 @@ def logits_in_steps(
         raise KVLibError(f"tokens must be a (batch, seq) tensor of ids, not {_describe(tokens)}")
     batch, seq = tokens.shape
     for name, value in (("prompt_len", prompt_len), ("step_len", step_len)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise KVLibError(f"{name} must be an integer, not {value!r}")
+        require_int(value, name, low=None)
     if not 1 <= prompt_len <= seq or step_len < 1:
         raise KVLibError(f"prompt_len must be 1 .. {seq} and step_len positive, not {prompt_len}, {step_len}")
     if getattr(cache, "length", 0):

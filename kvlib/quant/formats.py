@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
+from kvlib.checks import is_int, require_int
 from kvlib.sizing.dtypes import KVDtype
 
 MINMAX_META_BYTES = 4  # an fp16 scale + an fp16 zero point per group (kvlib.sizing.dtypes' int8/int4)
@@ -57,7 +57,7 @@ class KVQuantFormat:
         ):
             raise KVLibError(f"group_size must be a positive integer, not {self.group_size!r}")
         r = self.residual_length
-        if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+        if not is_int(r) or r < 0:
             raise KVLibError(f"residual_length must be a non-negative integer, not {r!r}")
         if self.per_channel_keys and r < 1:
             raise KVLibError("KIVI groups keys over residual_length tokens: residual_length must be >= 1")

@@ -22,7 +22,7 @@ from functools import cached_property
 from itertools import islice
 
 from kvlib import KVLibError
-from kvlib.checks import MAX_MESSAGE, require_int
+from kvlib.checks import MAX_MESSAGE, is_int, require_int, shown
 
 # Every count kvlib sizes (layers, heads, values per head, windows, tokens, sequences) is at most this:
 # far above any published model (a few hundred layers, a few million tokens of context), and low
@@ -197,7 +197,9 @@ def require_count(value, name: str, low: int = 1) -> int:
     value = require_int(value, name, low)
     if value > MAX_COUNT:
         raise KVLibError(
-            f"{name} must be at most {MAX_COUNT:,} (kvlib's bound on counts), not {value}"[:MAX_MESSAGE]
+            f"{name} must be at most {MAX_COUNT:,} (kvlib's bound on counts), not {shown(value)}"[
+                :MAX_MESSAGE
+            ]
         )
     return value
 
@@ -227,7 +229,7 @@ class _LayerView(Sequence):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return tuple(self[i] for i in range(*index.indices(len(self))))
-        if not isinstance(index, int) or isinstance(index, bool):
+        if not is_int(index):
             raise TypeError(f"{type(self).__name__} indices must be integers, not {type(index).__name__}")
         if index < 0:
             index += len(self)
@@ -302,7 +304,7 @@ def groups_from_lists(
     if attention_layers is not None:
         layers = _as_tuple(attention_layers, "attention_layers", num_layers)
         if (
-            any(not isinstance(i, int) or isinstance(i, bool) for i in layers)
+            any(not is_int(i) for i in layers)
             or sorted(set(layers)) != list(layers)
             or (layers and (layers[0] < 0 or layers[-1] >= num_layers))
         ):
@@ -316,7 +318,7 @@ def groups_from_lists(
         if len(windows) != num_layers:
             raise KVLibError(f"sliding_windows has {len(windows)} entries for {num_layers} layers")
         for window in windows:
-            if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            if window is not None and (not is_int(window) or window < 1):
                 raise KVLibError(f"sliding_window must be an integer >= 1, not {window!r}")
         kinds = [replace(k, window=w) for k, w in zip(kinds, windows, strict=True)]
     return LayerGroups.from_kinds(kinds)

@@ -28,11 +28,11 @@ after it) was tried first and stayed at chance for 600 steps on 512-token docume
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral
 
 import torch
 
 from kvlib import KVLibError
+from kvlib.checks import is_int
 
 SPECIALS = ("<bos>", ".", "?", ";")
 DETERMINERS = ("the", "a", "this", "every")
@@ -80,7 +80,7 @@ class CorpusConfig:
     def __post_init__(self):
         for name in ("seq_len", "num_facts", "num_topic_nouns", "probe_from"):
             value = getattr(self, name)
-            if not _is_int(value):
+            if not is_int(value):
                 raise KVLibError(f"CorpusConfig.{name} must be an integer, not {value!r}")
         if not 1 <= self.num_facts <= NUM_KEYS:  # keys are distinct: at most NUM_KEYS facts
             raise KVLibError(f"CorpusConfig.num_facts must be 1 .. {NUM_KEYS}, not {self.num_facts!r}")
@@ -102,11 +102,6 @@ class CorpusConfig:
             raise KVLibError(
                 f"CorpusConfig.probe_from must be in [0, seq_len = {self.seq_len}), not {self.probe_from!r}"
             )
-
-
-def _is_int(value) -> bool:
-    """An int and not a bool (``True`` is an int to Python, never a count here)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -175,9 +170,9 @@ def documents(num_docs: int, seed: int, config: CorpusConfig | None = None) -> D
     config = CorpusConfig() if config is None else config
     if not isinstance(config, CorpusConfig):
         raise KVLibError(f"config must be a CorpusConfig, not {type(config).__name__}")
-    if not _is_int(num_docs) or num_docs < 1:
+    if not is_int(num_docs) or num_docs < 1:
         raise KVLibError(f"num_docs must be a positive integer, not {num_docs!r}")
-    if not _is_int(seed) or not 0 <= seed < 2**32:  # torch.Generator drops the higher bits
+    if not is_int(seed) or not 0 <= seed < 2**32:  # torch.Generator drops the higher bits
         raise KVLibError(f"seed must be an integer in [0, 2**32), not {seed!r}")
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.empty(num_docs, config.seq_len, dtype=torch.int64)  # (batch, seq_len)
@@ -208,7 +203,7 @@ def decode(ids) -> str:
         raise KVLibError(f"decode takes a sequence of token ids, not {type(ids).__name__}")
     words = []
     for i in ids:
-        if not isinstance(i, Integral) or isinstance(i, bool) or not 0 <= i < len(VOCAB):
+        if not is_int(i) or not 0 <= i < len(VOCAB):
             raise KVLibError(f"token id {i!r} is not in the corpus's vocabulary (0 .. {len(VOCAB) - 1})")
         words.append(VOCAB[int(i)])
     return " ".join(words)

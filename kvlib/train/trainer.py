@@ -27,6 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from kvlib import KVLibError
+from kvlib.checks import is_int
 from kvlib.model.config import ModelConfig
 from kvlib.model.lean import LeanLlama
 from kvlib.model.llama import TinyLlama
@@ -69,7 +70,7 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("num_steps", "batch_size", "warmup_steps"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise KVLibError(f"TrainConfig.{name} must be a positive integer, not {value!r}")
         if self.batch_size > MAX_BATCH_SIZE:
             raise KVLibError(
@@ -89,15 +90,10 @@ class TrainConfig:
             raise KVLibError(
                 f"TrainConfig.weight_decay must be a number in [0, 1), not {self.weight_decay!r}"
             )
-        if not _is_int(self.data_seed) or not 0 <= self.data_seed < MAX_DATA_SEED:
+        if not is_int(self.data_seed) or not 0 <= self.data_seed < MAX_DATA_SEED:
             raise KVLibError(
                 f"TrainConfig.data_seed must be an integer in [0, {MAX_DATA_SEED}), not {self.data_seed!r}"
             )
-
-
-def _is_int(value) -> bool:
-    """An int and not a bool (``True`` is an int to Python, never a count here)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value) -> bool:
@@ -123,7 +119,7 @@ class WholeSequence:
 
     def __init__(self, batch_size: int, seq_len: int, device=None):
         for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-            if not _is_int(value) or value < 1:
+            if not is_int(value) or value < 1:
                 raise KVLibError(f"WholeSequence {name} must be a positive integer, not {value!r}")
         # (batch, seq_len), on the tokens' device (the rotary table is looked up there)
         self.positions = torch.arange(seq_len, device=device).expand(batch_size, seq_len)
@@ -151,7 +147,7 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     """
     if not isinstance(config, TrainConfig):
         raise KVLibError(f"config must be a TrainConfig, not {type(config).__name__}")
-    if not _is_int(step) or not 0 <= step < config.num_steps:
+    if not is_int(step) or not 0 <= step < config.num_steps:
         raise KVLibError(f"step must be an integer in [0, {config.num_steps}), not {step!r}")
     warm = min(1.0, (step + 1) / config.warmup_steps)
     cosine = 0.5 * (1 + math.cos(math.pi * step / max(1, config.num_steps - 1)))
@@ -241,6 +237,6 @@ def _check_train_args(model, config, corpus, on_step, stop_after) -> int:
         )
     if stop_after is None:
         return config.num_steps
-    if not _is_int(stop_after) or not 1 <= stop_after <= config.num_steps:
+    if not is_int(stop_after) or not 1 <= stop_after <= config.num_steps:
         raise KVLibError(f"stop_after must be an integer in [1, {config.num_steps}], not {stop_after!r}")
     return stop_after

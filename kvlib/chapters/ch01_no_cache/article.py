@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlib import KVLibError
+from kvlib.checks import is_int
 from kvlib.measure.timing import Timing, time_interleaved, time_it
 from kvlib.units import ceil_div
 
@@ -90,7 +91,7 @@ def cached_steps(setup: ArticleSetup):
 
 def _check_sizes(**sizes) -> None:
     for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_int(value) or value < 1:
             raise KVLibError(f"{name} must be a positive integer, not {value!r}")
 
 

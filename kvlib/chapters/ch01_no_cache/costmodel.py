@@ -28,6 +28,7 @@ from fractions import Fraction
 import numpy as np
 
 from kvlib import KVLibError
+from kvlib.checks import is_int
 from kvlib.model.config import ModelConfig
 from kvlib.units import ceil_div
 
@@ -163,7 +164,7 @@ def concat_copy_share(weight_bytes: int, cache_bytes: int) -> Fraction:
     (a lower bound: a CPU also reads the destination's lines before writing them). Exact.
     """
     for key, value in (("weight_bytes", weight_bytes), ("cache_bytes", cache_bytes)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not is_int(value) or value < 0:
             raise KVLibError(f"{key} must be a non-negative integer, not {value!r}")
     if weight_bytes + cache_bytes == 0:
         raise KVLibError("a step that reads nothing has no share")
@@ -183,7 +184,7 @@ def concat_copy_tokens(
         ("bytes_per_token", bytes_per_token),
         ("batch", batch),
     ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_int(value) or value < 1:
             raise KVLibError(f"{key} must be a positive integer, not {value!r}")
     share = Fraction(share)
     if not 0 < share < 2:

@@ -28,6 +28,7 @@ from kvlib import KVLibError
 from kvlib.cache.evicting_cache import EvictingKVCache
 from kvlib.cache.eviction_policies import eviction_policy
 from kvlib.cache.quantized import QuantizedKVCache
+from kvlib.checks import is_int
 from kvlib.model.head_pooling import pool_kv_heads
 from kvlib.model.llama import TinyLlama
 from kvlib.quality.score import Quality, logits_in_steps, score_logits
@@ -101,7 +102,7 @@ def quantized(
 ) -> LeverResult:
     """The model through a :class:`QuantizedKVCache` in format ``name`` (see :func:`kv_quant_format`)."""
     _check_model_and_documents(model, docs)
-    if not isinstance(step_len, int) or isinstance(step_len, bool) or step_len < 1:
+    if not is_int(step_len) or step_len < 1:
         raise KVLibError(f"step_len must be a positive integer, not {step_len!r}")
     fmt = kv_quant_format(name, group_size, residual_length)
     batch, seq = docs.tokens.shape
