@@ -62,18 +62,29 @@ def require_real(value, name: str, allow_inf: bool = False, positive: bool = Fal
     NaN is refused everywhere: it compares false with everything, so a NaN arrival never
     arrives and a NaN step constant makes every time NaN.
     """
+    number = as_float(value)
     if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or math.isnan(value)
-        or value < 0
-        or (positive and value == 0)
-        or (math.isinf(value) and not allow_inf)
+        number is None
+        or math.isnan(number)
+        or number < 0
+        or (positive and number == 0)
+        or (math.isinf(number) and not allow_inf)
     ):
         bound = "> 0" if positive else ">= 0"
         limit = f"a number {bound} (or inf)" if allow_inf else f"a finite number {bound}"
         raise KVLibError(f"{name} must be {limit}, not {shown(value)}"[:MAX_MESSAGE])
-    return float(value)
+    return number
+
+
+def as_float(value) -> float | None:
+    """A real number (not a bool) as a float, or None for anything else and for an integer beyond
+    a float's range (10**400 would raise OverflowError in math.isfinite and in float())."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def are_token_ids(values) -> bool:

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from kvlib import KVLibError
-from kvlib.checks import is_int, require_int, shown
+from kvlib.checks import is_int, require_int, require_real, shown
 from kvlib.cli import main
+from kvlib.sizing.widget import calculator_report
 
 
 @pytest.mark.parametrize("value", [0, -3, 10**30, np.int64(7), np.int8(-1)], ids=str)
@@ -62,3 +63,15 @@ def test_a_product_of_parallel_sizes_too_long_to_print_is_refused_by_its_flag(ca
         assert main([*args, "--pipeline-parallel-size", huge]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--tensor-parallel-size must be an integer from 1 to" in err
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), 10**5000], ids=["1e400", "-1e400", "1e5000"])
+def test_an_integer_beyond_a_floats_range_is_refused_in_one_line(value):
+    """math.isfinite, math.isnan and float() raise OverflowError on such an int: the checks do not."""
+    with pytest.raises(KVLibError, match="must be a finite number >= 0, not an integer of about"):
+        require_real(value, "x")
+    for gpu_gib in (value, 8.0):
+        overhead = 1.0 if gpu_gib is value else value
+        with pytest.raises(KVLibError) as error:
+            calculator_report(model="Llama-3-8B", context=8, batch=1, gpu_gib=gpu_gib, overhead_gib=overhead)
+        assert "GPU memory" in str(error.value) or "overhead" in str(error.value)

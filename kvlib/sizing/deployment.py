@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from kvlib import KVLibError
+from kvlib.checks import as_float, shown
 from kvlib.sizing.capacity import MAX_GIB, weight_bytes
 from kvlib.sizing.catalog import CatalogEntry, catalog_entry
 from kvlib.sizing.parallel import check_parallel
@@ -27,10 +28,11 @@ def gpu_memory_bytes(gpu_gib: float, overhead_gib: float) -> tuple[int, int]:
     one byte (below it the GPU's share would divide by zero), the overhead non-negative, both at most
     :data:`~kvlib.sizing.capacity.MAX_GIB`.
     """
-    numbers = [not isinstance(v, bool) and isinstance(v, (int, float)) for v in (gpu_gib, overhead_gib)]
-    if not all(numbers) or not (math.isfinite(gpu_gib) and math.isfinite(overhead_gib)):
+    numbers = [as_float(v) if isinstance(v, (int, float)) else None for v in (gpu_gib, overhead_gib)]
+    if None in numbers or not all(math.isfinite(v) for v in numbers):
         raise KVLibError(
-            f"GPU memory and overhead must be finite numbers of GiB, not {gpu_gib!r} and {overhead_gib!r}"
+            "GPU memory and overhead must be finite numbers of GiB, "
+            f"not {shown(gpu_gib)} and {shown(overhead_gib)}"
         )
     if not gpu_gib > 0 or overhead_gib < 0:
         raise KVLibError(

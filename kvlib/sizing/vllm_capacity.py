@@ -306,7 +306,7 @@ def vllm_capacity(
     require_count(max_num_batched_tokens, "max_num_batched_tokens", low=1)
     max_model_len = spec.max_context if max_model_len is None else max_model_len
     if max_model_len is None:
-        raise KVLibError(f"{spec.name} has no maximum context; pass max_model_len")
+        raise KVLibError(f"{spec.name} has no maximum context; pass max_model_len (--max-model-len)")
     require_count(max_model_len, "max_model_len", low=1)
     value_bytes = bytes_per_value(kv_cache_dtype, model_dtype)
     check_parallel(spec, tensor_parallel_size, pipeline_parallel_size)

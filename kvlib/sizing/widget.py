@@ -19,7 +19,7 @@ import math
 from dataclasses import fields
 
 from kvlib import KVLibError
-from kvlib.checks import require_int
+from kvlib.checks import require_int, shown
 from kvlib.sizing.capacity import max_batch, max_context, weight_bytes
 from kvlib.sizing.catalog import catalog_entry, catalog_names
 from kvlib.sizing.deployment import Deployment
@@ -49,8 +49,10 @@ def check_limits(fields: dict) -> None:
     """
     for key, name in (("gpu_gib", "GPU memory"), ("overhead_gib", "overhead")):
         value = fields.get(key, _DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise KVLibError(f"{name} must be a number of GiB, not {value!r}")
+        # an int is finite however large (math.isfinite cannot take one beyond a float's range)
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not number or not (isinstance(value, int) or math.isfinite(value)):
+            raise KVLibError(f"{name} must be a number of GiB, not {shown(value)}")
         if value > LIMITS[key]:
             raise KVLibError(f"{name} must be at most {LIMITS[key]:,} GiB here")
     for key in ("tensor_parallel_size", "pipeline_parallel_size"):
