@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlib import KVLibError
-from kvlib.checks import require_int, require_real
+from kvlib.checks import require_real
 from kvlib.serving.types import StepPlan
 
 TERMS = ("fixed_s", "per_seq_s", "per_context_s", "per_prefill_s")  # StepTimeModel's constants, in order
@@ -95,10 +95,11 @@ class StepTimeModel:
             return 0
         return max(0, math.floor(min(bounds)))
 
-    def fixed_share(self, num_seqs: int, num_context_tokens: int) -> float:
-        """Share of a decode step that does not grow with the batch (near 1: bigger batches are free)."""
-        require_int(num_seqs, "num_seqs", 0)
-        require_int(num_context_tokens, "num_context_tokens", 0)
+    def fixed_share(self, num_seqs: float, num_context_tokens: float) -> float:
+        """Share of a decode step that does not grow with the batch (near 1: bigger batches are free).
+
+        The counts may be averages over a run (chapter 4's operating point): real numbers >= 0,
+        checked by :meth:`predict`."""
         return self.fixed_s / float(self.predict(num_seqs, num_context_tokens, 0))
 
 

@@ -61,7 +61,7 @@ def one_line(call, *words):
         (lambda: STEP.largest_batch_within(INF, 100), ("seconds",)),
         (lambda: STEP.largest_batch_within(1.0, -1), ("context_tokens_per_seq",)),
         (lambda: STEP.fixed_share(-1, 10), ("num_seqs",)),
-        (lambda: STEP.fixed_share(1, 1.5), ("num_context_tokens",)),
+        (lambda: STEP.fixed_share(1, float("nan")), ("num_context_tokens",)),
         (lambda: SWAP.transfer_s(-1), ("num_tokens",)),
         (lambda: SWAP.transfer_s(NAN), ("num_tokens",)),
         (lambda: SWAP.transfer_s("5"), ("num_tokens",)),
@@ -152,3 +152,8 @@ def test_the_checked_results_still_answer():
     gaps = inter_token_latencies(RUN)
     assert len(gaps) > 0 and bool((gaps > 0).all())
     assert goodput(RUN, INF, INF).num_good == len(REQUESTS)
+
+
+def test_fixed_share_takes_average_counts():
+    """Chapter 4 asks for the share at a run's average step (30.2 sequences): averages are real counts."""
+    assert 0 < STEP.fixed_share(30.2, 15_000.5) < 1
