@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from kvlib import KVLibError
+from kvlib.checks import check_token_tensor
 from kvlib.model.attention import grouped_attention
 from kvlib.model.config import KVCache, ModelConfig
 from kvlib.model.rotary import RotaryTable, apply_rotary, new_token_rotary
@@ -160,7 +161,9 @@ class TinyLlama(nn.Module):
         are the next tokens of the sequences the cache holds. Generation needs only the
         last position's logits (``last_only``), which spares the output projection of
         every earlier position, as ``transformers`` does with ``logits_to_keep``.
+        A tensor that is not (batch, seq) token ids of the vocabulary is a one-line KVLibError.
         """
+        check_token_tensor(tokens, "tokens", self.config.vocab_size)
         cos, sin = new_token_rotary(tokens, cache, self.config, self.rotary)
         x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.layers):
