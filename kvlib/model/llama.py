@@ -161,9 +161,12 @@ class TinyLlama(nn.Module):
         are the next tokens of the sequences the cache holds. Generation needs only the
         last position's logits (``last_only``), which spares the output projection of
         every earlier position, as ``transformers`` does with ``logits_to_keep``.
-        A tensor that is not (batch, seq) token ids of the vocabulary is a one-line KVLibError.
+        Tokens that are not a (batch, seq) tensor of the vocabulary's ids, or a cache that is no
+        cache, are a one-line KVLibError.
         """
         check_token_tensor(tokens, "tokens", self.config.vocab_size)
+        if cache is not None and not callable(getattr(cache, "attend", None)):
+            raise KVLibError(f"cache must be a KV cache (an object with attend), not {type(cache).__name__}")
         cos, sin = new_token_rotary(tokens, cache, self.config, self.rotary)
         x = self.embed_tokens(tokens)  # (batch, seq, d_model)
         for i, block in enumerate(self.layers):

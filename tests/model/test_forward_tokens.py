@@ -30,3 +30,9 @@ def test_forward_names_tokens_it_cannot_embed(tokens, words):
 
 def test_forward_still_gives_logits_for_good_tokens():
     assert MODEL(torch.tensor([[1, 2, 31]])).shape == (1, 3, 32)
+
+
+@pytest.mark.parametrize("cache", [42, "cache", object()], ids=["int", "str", "object"])
+def test_forward_names_a_cache_that_is_no_cache(cache):
+    with pytest.raises(KVLibError, match="cache must be a KV cache"):
+        MODEL(torch.tensor([[1, 2]]), cache)
